@@ -1,0 +1,3 @@
+"""fedpath: federated domain generalization for computational pathology."""
+
+__version__ = "0.1.0"

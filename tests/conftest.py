@@ -1,0 +1,38 @@
+"""Shared fixtures: a tiny synthetic federation that trains in about a second."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedpath.config import ExperimentConfig, load_config
+
+torch.set_num_threads(1)
+
+TINY = [
+    "data.params.num_hospitals=3",
+    "data.params.samples_per_hospital=48",
+    "data.params.image_size=32",
+    "data.params.slides_per_hospital=4",
+    "model.params.widths=[8,16]",
+    "train.rounds=2",
+    "train.local_epochs=1",
+    "train.batch_size=16",
+    "train.eval_batch_size=64",
+    "seeds=[0]",
+    "runtime.threads=null",
+]
+
+
+def tiny_overrides(tmp_path: Path, *extra: str) -> list[str]:
+    return [*TINY, f"output_dir={tmp_path}", *extra]
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path: Path) -> ExperimentConfig:
+    return load_config(None, tiny_overrides(tmp_path))
+
+
+AMIBR = Path(__file__).resolve().parents[2] / "shared" / "data" / "amibr"

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedpath.config import ConfigError, ExperimentConfig, load_config, parse_override
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_resolve_every_params_block() -> None:
+    cfg = load_config()
+    assert cfg.algorithm.name == "fedavg"
+    # per-algorithm / per-backbone / per-dataset defaults are filled in
+    assert cfg.algorithm.params == {"bn_buffers": "average"}
+    assert cfg.model.params["norm"] == "batch"
+    assert cfg.data.params["num_hospitals"] == 4
+
+
+def test_yaml_and_overrides(tmp_path: Path) -> None:
+    p = write(tmp_path, "name: x\ntrain:\n  rounds: 7\n  lr: 1e-4\nseeds: [1, 2]\n")
+    cfg = load_config(
+        p, ["train.local_epochs=3", "algorithm.name=fedprox", "algorithm.params.mu=0.5"]
+    )
+    assert cfg.name == "x"
+    assert cfg.train.rounds == 7
+    assert cfg.train.lr == pytest.approx(1e-4)  # YAML 1.1 reads 1e-4 as a string
+    assert cfg.train.local_epochs == 3
+    assert cfg.seeds == [1, 2]
+    assert cfg.algorithm.params == {"mu": 0.5, "bn_buffers": "average"}
+
+
+def test_resolved_config_round_trips(tmp_path: Path) -> None:
+    cfg = load_config(None, ["algorithm.name=fedprox", "lodo.targets=[hospital_1]"])
+    p = write(tmp_path, cfg.to_yaml())
+    again = load_config(p)
+    assert again == cfg
+    assert again.hash() == cfg.hash()
+    assert load_config(None, ["train.rounds=9"]).hash() != cfg.hash()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "train.lrr=1",
+            r"unknown config key 'train.lrr'; valid keys under 'train': rounds",
+        ),
+        ("bogus=1", r"unknown config key 'bogus'"),
+        (
+            "train.optimizer=rmsprop",
+            r"'train.optimizer': expected one of 'adam', 'adamw', 'sgd'",
+        ),
+        ("partition.alpha=0", r"'partition.alpha': expected a number > 0"),
+        ("partition.alpha=-1", r"'partition.alpha'"),
+        (
+            "partition.clients_per_domain=0",
+            r"'partition.clients_per_domain': expected an integer >= 1",
+        ),
+        ("train.rounds=two", r"'train.rounds': expected an integer"),
+        ("train.rounds=1.5", r"'train.rounds': expected an integer"),
+        ("runtime.checkpoint=maybe", r"'runtime.checkpoint': expected true or false"),
+        (
+            "algorithm.name=fedmagic",
+            r"unknown algorithm 'fedmagic'; valid choices: fedavg, fedbn, fedprox",
+        ),
+        (
+            "data.name=imagenet",
+            r"unknown dataset 'imagenet'; valid choices: .*synthetic",
+        ),
+        (
+            "model.backbone=vgg",
+            r"'model.backbone': unknown backbone 'vgg'; valid choices: resnet18",
+        ),
+        ("algorithm.params.lr=1", r"unknown config key 'algorithm.params.lr'"),
+        ("lodo.targets=some", r"'lodo.targets': expected one of 'all' or a list"),
+        ("seeds=[]", r"'seeds': expected a non-empty list"),
+        (
+            "train.schedule=linear",
+            r"'train.lr_end': expected a number when train.schedule is 'linear'",
+        ),
+        (
+            "data.params.image_size=8",
+            r"'data.params.image_size': expected an integer in \[16, 512\]",
+        ),
+    ],
+)
+def test_bad_values_name_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_fedprox_mu_validated() -> None:
+    with pytest.raises(
+        ConfigError, match="'algorithm.params.mu': expected a number >= 0"
+    ):
+        load_config(None, ["algorithm.name=fedprox", "algorithm.params.mu=-1"])
+
+
+def test_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = write(tmp_path, "train: [1, 2\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config(bad)
+    lst = write(tmp_path, "- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping at the top level"):
+        load_config(lst)
+    wrong = write(tmp_path, "train: 3\n")
+    with pytest.raises(ConfigError, match=r"'train': expected a mapping.*cfg.yaml"):
+        load_config(wrong)
+
+
+def test_override_syntax(tmp_path: Path) -> None:
+    assert parse_override("a.b=[1, 2]") == ("a.b", [1, 2])
+    assert parse_override("x=null") == ("x", None)
+    with pytest.raises(ConfigError, match="expected key=value"):
+        parse_override("train.lr")
+    with pytest.raises(ConfigError, match="'name' is not a section"):
+        load_config(write(tmp_path, "name: x\n"), ["name.sub=1"])
+    with pytest.raises(ConfigError, match="'name': expected a string"):
+        load_config(None, ["name.sub=1"])
+
+
+def test_saved_yaml_is_plain(tmp_path: Path) -> None:
+    text = ExperimentConfig().to_yaml()
+    data = yaml.safe_load(text)
+    assert data["partition"]["alpha"] == 0.5
+    assert set(data) == {
+        "name",
+        "output_dir",
+        "seeds",
+        "data",
+        "partition",
+        "lodo",
+        "model",
+        "algorithm",
+        "train",
+        "runtime",
+    }

@@ -1,0 +1,169 @@
+"""Split source domains into clients and plan leave-one-domain-out experiments.
+
+FedStain / FedCCRL setting: each source domain (hospital) is divided into
+``clients_per_domain`` clients with Dirichlet(alpha) skew (alpha = 0.5, 2 clients
+per domain); the held-out domain is never seen in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedpath.config import ConfigError, PartitionConfig
+from fedpath.data.base import DataError, DomainDataset, Split
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """One client (a hospital, or a part of one) and its local training samples."""
+
+    client_id: str
+    domain: str
+    train: Split
+
+
+@dataclass(frozen=True)
+class LodoFold:
+    """One leave-one-domain-out experiment: train on ``sources``, test on ``target``."""
+
+    target: str
+    sources: list[str]
+
+
+def lodo_plan(
+    dataset: DomainDataset, targets: str | Sequence[str] = "all"
+) -> list[LodoFold]:
+    """Every domain once as the unseen target (``"all"``), or the listed targets."""
+    if len(dataset.domains) < 2:
+        raise ConfigError(
+            f"lodo.targets: dataset {dataset.name!r} has {len(dataset.domains)} "
+            "domain; "
+            "leave-one-domain-out needs at least 2"
+        )
+    chosen = list(dataset.domains) if targets == "all" else list(targets)
+    if not chosen:
+        raise ConfigError("lodo.targets: expected 'all' or a non-empty list of domains")
+    for t in chosen:
+        if t not in dataset.domains:
+            raise ConfigError(
+                f"lodo.targets: domain {t!r} does not exist in dataset "
+                f"{dataset.name!r}; valid choices: {', '.join(dataset.domains)}"
+            )
+    return [LodoFold(t, [d for d in dataset.domains if d != t]) for t in chosen]
+
+
+def dirichlet_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    rng: np.random.Generator,
+    mode: str = "label",
+    min_size: int = 1,
+    max_tries: int = 100,
+) -> list[np.ndarray]:
+    """Positions of ``labels`` assigned to each of ``num_clients`` clients.
+
+    ``label``: for each class, client shares ~ Dirichlet(alpha * 1); ``quantity``: one
+    Dirichlet(alpha * 1) draw of client sizes; ``iid``: equal random shares. Draws are
+    repeated (up to ``max_tries``) until every client holds ``min_size`` samples; if
+    the skew is so strong that this fails, samples move from the largest client to
+    the smallest until it holds, so no client is ever empty.
+    """
+    n = len(labels)
+    if num_clients < 1:
+        raise ConfigError(
+            f"partition.clients_per_domain: expected >= 1, got {num_clients}"
+        )
+    if alpha <= 0:
+        raise ConfigError(f"partition.alpha: expected a number > 0, got {alpha}")
+    if n < num_clients * min_size:
+        raise DataError(
+            f"{n} samples cannot fill {num_clients} clients with at least "
+            f"{min_size} each"
+        )
+    parts: list[np.ndarray] = []
+    for _ in range(max_tries):
+        parts = _draw(labels, num_clients, alpha, rng, mode)
+        if min(len(p) for p in parts) >= min_size:
+            break
+    else:
+        parts = _rebalance(parts, min_size, rng)
+    return [np.sort(p) for p in parts]
+
+
+def _draw(
+    labels: np.ndarray, k: int, alpha: float, rng: np.random.Generator, mode: str
+) -> list[np.ndarray]:
+    n = len(labels)
+    if mode == "iid":
+        return list(np.array_split(rng.permutation(n), k))
+    if mode == "quantity":
+        shares = rng.dirichlet(np.full(k, alpha))
+        cuts = (np.cumsum(shares)[:-1] * n).astype(int)
+        return list(np.split(rng.permutation(n), cuts))
+    if mode != "label":
+        raise ConfigError(
+            f"partition.mode: expected one of 'label', 'quantity', 'iid', got {mode!r}"
+        )
+    buckets: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        shares = rng.dirichlet(np.full(k, alpha))
+        cuts = (np.cumsum(shares)[:-1] * len(idx)).astype(int)
+        for b, chunk in zip(buckets, np.split(idx, cuts), strict=True):
+            b.append(chunk)
+    return [np.concatenate(b) if b else np.empty(0, np.int64) for b in buckets]
+
+
+def _rebalance(
+    parts: list[np.ndarray], min_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    parts = [rng.permutation(p) for p in parts]
+    while True:
+        sizes = [len(p) for p in parts]
+        small = int(np.argmin(sizes))
+        if sizes[small] >= min_size:
+            return parts
+        big = int(np.argmax(sizes))
+        need = min(min_size - sizes[small], sizes[big] - min_size)
+        parts[small] = np.concatenate([parts[small], parts[big][:need]])
+        parts[big] = parts[big][need:]
+
+
+def make_clients(
+    dataset: DomainDataset, sources: Sequence[str], cfg: PartitionConfig, seed: int
+) -> list[ClientData]:
+    """Split each source domain's train split into clients_per_domain clients."""
+    clients: list[ClientData] = []
+    for di, domain in enumerate(sources):
+        train = dataset.split(domain, "train")
+        k = cfg.clients_per_domain
+        if len(train) < k * cfg.min_client_size:
+            raise DataError(
+                f"domain {domain!r} of dataset {dataset.name!r} has {len(train)} "
+                f"training samples, fewer than partition.clients_per_domain={k} x "
+                f"partition.min_client_size={cfg.min_client_size}"
+            )
+        rng = np.random.default_rng([seed, di, 7919])
+        parts = dirichlet_partition(
+            train.labels, k, cfg.alpha, rng, cfg.mode, cfg.min_client_size
+        )
+        for ci, pos in enumerate(parts):
+            clients.append(ClientData(f"{domain}/c{ci}", domain, train.subset(pos)))
+    return clients
+
+
+def label_skew(parts: Sequence[np.ndarray], labels: np.ndarray) -> float:
+    """Mean total-variation distance between client and pooled label distributions."""
+    classes = np.unique(labels)
+    pooled = np.array([np.mean(labels == c) for c in classes])
+    tvs = []
+    for p in parts:
+        if len(p) == 0:
+            continue
+        dist = np.array([np.mean(labels[p] == c) for c in classes])
+        tvs.append(0.5 * np.abs(dist - pooled).sum())
+    return float(np.mean(tvs))

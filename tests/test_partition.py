@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedpath.config import ConfigError, PartitionConfig
+from fedpath.data.base import DataError, DomainDataset, TensorStore, assign_test_split
+from fedpath.data.partition import (
+    dirichlet_partition,
+    label_skew,
+    lodo_plan,
+    make_clients,
+)
+
+
+def labels_of(n: int = 400, classes: int = 3, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, classes, n)
+
+
+@pytest.mark.parametrize("mode", ["label", "quantity", "iid"])
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_partition_is_exact_cover_and_nonempty(mode: str, k: int) -> None:
+    y = labels_of()
+    for seed in range(20):
+        parts = dirichlet_partition(y, k, 0.1, np.random.default_rng(seed), mode, 3)
+        assert len(parts) == k
+        allpos = np.concatenate(parts)
+        assert np.array_equal(np.sort(allpos), np.arange(len(y)))  # disjoint cover
+        assert min(len(p) for p in parts) >= 3
+
+
+def test_extreme_skew_falls_back_to_rebalancing() -> None:
+    y = np.zeros(30, dtype=int)
+    # alpha tiny: almost every draw gives one client everything; min size must hold
+    parts = dirichlet_partition(
+        y, 3, 1e-4, np.random.default_rng(0), "quantity", 5, max_tries=2
+    )
+    assert sorted(len(p) for p in parts)[0] >= 5
+    assert sum(len(p) for p in parts) == 30
+
+
+def test_skew_grows_as_alpha_shrinks() -> None:
+    y = labels_of(600, 3)
+
+    def mean_skew(alpha: float) -> float:
+        return float(
+            np.mean(
+                [
+                    label_skew(
+                        dirichlet_partition(y, 4, alpha, np.random.default_rng(s)), y
+                    )
+                    for s in range(30)
+                ]
+            )
+        )
+
+    skews = [mean_skew(a) for a in (100.0, 1.0, 0.1)]
+    assert skews[0] < skews[1] < skews[2]
+    assert skews[0] < 0.05 and skews[2] > 0.3
+
+
+def test_partition_bad_input() -> None:
+    with pytest.raises(ConfigError, match="alpha"):
+        dirichlet_partition(labels_of(), 2, 0.0, np.random.default_rng(0))
+    with pytest.raises(DataError, match="3 samples cannot fill 4 clients"):
+        dirichlet_partition(np.zeros(3, int), 4, 1.0, np.random.default_rng(0))
+
+
+def toy_dataset(per_domain: int = 20, domains: int = 3) -> DomainDataset:
+    import torch
+
+    n = per_domain * domains
+    images = torch.zeros(n, 3, 16, 16, dtype=torch.uint8)
+    dom = np.repeat([f"d{i}" for i in range(domains)], per_domain)
+    slides = np.array([f"{d}/s{i % 5}" for i, d in enumerate(dom)])
+    y = np.arange(n) % 2
+    is_test = assign_test_split(dom, slides, 0.3, seed=0)
+    return DomainDataset(
+        "toy", TensorStore(images), ["a", "b"], y, dom, slides, is_test
+    )
+
+
+def test_test_split_is_by_slide_and_per_domain() -> None:
+    ds = toy_dataset()
+    for d in ds.domains:
+        train, test = ds.split(d, "train"), ds.split(d, "test")
+        assert len(train) + len(test) == len(ds.split(d, "all")) == 20
+        assert len(test) > 0 and len(train) > 0
+        assert not set(train.slides) & set(test.slides)
+        assert set(train.domains) == {d}
+
+
+def test_lodo_plans() -> None:
+    ds = toy_dataset()
+    plan = lodo_plan(ds)
+    assert [f.target for f in plan] == ["d0", "d1", "d2"]
+    assert all(f.target not in f.sources and len(f.sources) == 2 for f in plan)
+    assert [f.target for f in lodo_plan(ds, ["d2"])] == ["d2"]
+    with pytest.raises(ConfigError, match="domain 'd9' does not exist.*d0, d1, d2"):
+        lodo_plan(ds, ["d9"])
+
+
+def test_make_clients_two_per_domain() -> None:
+    ds = toy_dataset(per_domain=30)
+    clients = make_clients(ds, ["d0", "d1"], PartitionConfig(2, 0.5), seed=0)
+    assert [c.client_id for c in clients] == ["d0/c0", "d0/c1", "d1/c0", "d1/c1"]
+    for d in ("d0", "d1"):
+        mine = [c for c in clients if c.domain == d]
+        total = sum(len(c.train) for c in mine)
+        assert total == len(ds.split(d, "train"))
+        assert all(len(c.train) >= 2 for c in mine)
+    again = make_clients(ds, ["d0", "d1"], PartitionConfig(2, 0.5), seed=0)
+    assert all(
+        np.array_equal(a.train.indices, b.train.indices)
+        for a, b in zip(clients, again, strict=True)
+    )
+
+
+def test_domain_with_fewer_samples_than_clients() -> None:
+    ds = toy_dataset(per_domain=6)
+    with pytest.raises(
+        DataError,
+        match="domain 'd0' of dataset 'toy' has .* fewer than "
+        "partition.clients_per_domain=5",
+    ):
+        make_clients(ds, ["d0"], PartitionConfig(5, 0.5), seed=0)
+
+
+def test_dataset_validates_metadata() -> None:
+    import torch
+
+    with pytest.raises(DataError, match="labels has 2 entries but the store holds 3"):
+        DomainDataset(
+            "bad",
+            TensorStore(torch.zeros(3, 3, 8, 8, dtype=torch.uint8)),
+            ["a"],
+            np.zeros(2, int),
+            np.zeros(3),
+            np.zeros(3),
+            np.zeros(3),
+        )
+    ds = toy_dataset()
+    with pytest.raises(DataError, match="no domain 'zz'; domains: d0, d1, d2"):
+        ds.split("zz")

@@ -1,0 +1,382 @@
+"""Results tables in the layout of the papers: method x target domain.
+
+Each cell holds the mean ± sample standard deviation (``ddof=1``) of one metric
+over seeds, and a final ``Avg`` column summarises every method across target
+domains.  The table can be rendered as Markdown, long-format CSV, or a
+``booktabs`` LaTeX tabular.
+
+All metrics are assumed to be *higher is better*: the "best" entry of a column
+(rendered in bold) is the one with the highest mean.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "AVG_LABEL",
+    "ResultRow",
+    "ResultTable",
+    "build_table",
+    "latex_escape",
+    "to_csv",
+    "to_latex",
+    "to_markdown",
+]
+
+AVG_LABEL = "Avg"
+_MISSING_MD = "–"
+_MISSING_TEX = "--"
+_TEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One evaluation: ``method`` trained with ``target`` held out, one ``seed``.
+
+    Attributes
+    ----------
+    method : str
+        Method name (table row).
+    target : str
+        Held-out target domain (table column).
+    seed : int
+        Random seed of the run.
+    metrics : Mapping[str, float]
+        Metric values of the run, e.g. from
+        :func:`fedpath.evaluation.metrics.classification_metrics`.
+    """
+
+    method: str
+    target: str
+    seed: int
+    metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True, eq=False)
+class ResultTable:
+    """Aggregated results of one metric.
+
+    Attributes
+    ----------
+    metric : str
+        Name of the aggregated metric.
+    methods : list[str]
+        Row labels.
+    targets : list[str]
+        Column labels, without the trailing ``Avg`` column.
+    mean, std : np.ndarray
+        ``(len(methods), len(targets) + 1)`` float arrays; the last column is
+        ``Avg``. ``nan`` where a cell has no data.
+    n_seeds : np.ndarray
+        Same shape, ``int``: number of seeds aggregated in each cell (for ``Avg``,
+        the number of seeds that cover every target).
+    """
+
+    metric: str
+    methods: list[str]
+    targets: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    n_seeds: np.ndarray
+
+    def __post_init__(self) -> None:
+        shape = (len(self.methods), len(self.targets) + 1)
+        for name in ("mean", "std", "n_seeds"):
+            arr = getattr(self, name)
+            if arr.shape != shape:
+                raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+
+    @property
+    def columns(self) -> list[str]:
+        """Column labels including the trailing ``Avg`` column."""
+        return [*self.targets, AVG_LABEL]
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=np.float64)
+    mean = float(arr.mean())
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return mean, std
+
+
+def build_table(
+    rows: Sequence[ResultRow],
+    metric: str = "accuracy",
+    scale: float = 100.0,
+    sort_targets: bool = False,
+) -> ResultTable:
+    """Aggregate per-seed results into a method x target table.
+
+    Parameters
+    ----------
+    rows : Sequence[ResultRow]
+        One row per (method, target, seed) run; must be non-empty.
+    metric : str, default "accuracy"
+        Key looked up in every row's ``metrics``.
+    scale : float, default 100.0
+        Factor applied to every value before aggregation (100 -> percent).
+    sort_targets : bool, default False
+        Sort the target columns alphabetically instead of keeping the order of
+        first appearance. Methods always keep their order of first appearance.
+
+    Returns
+    -------
+    ResultTable
+        Cell ``(method, target)`` holds the mean/std over seeds of
+        ``metrics[metric] * scale``; the std is the sample std (``ddof=1``), 0
+        with a single seed. The ``Avg`` cell of a method averages, for every
+        seed that has results on *all* targets of the table, the values over the
+        targets, then takes the mean/std over those seeds; ``nan`` if no seed is
+        complete. A ``nan`` metric value (e.g. an undefined AUROC) propagates
+        to its cell and to ``Avg``.
+
+    Raises
+    ------
+    ValueError
+        If ``rows`` is empty, a (method, target, seed) triple appears twice, or
+        a row lacks ``metric``.
+    """
+    if len(rows) == 0:
+        raise ValueError("rows must contain at least one ResultRow")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+
+    methods: dict[str, None] = {}
+    targets: dict[str, None] = {}
+    values: dict[tuple[str, str], dict[int, float]] = {}
+    for row in rows:
+        if metric not in row.metrics:
+            raise ValueError(
+                f"metric {metric!r} missing in row (method={row.method!r}, "
+                f"target={row.target!r}, seed={row.seed}); available metrics: "
+                f"{sorted(row.metrics)}"
+            )
+        cell = values.setdefault((row.method, row.target), {})
+        if row.seed in cell:
+            raise ValueError(
+                f"duplicate result for method={row.method!r}, "
+                f"target={row.target!r}, seed={row.seed}"
+            )
+        cell[row.seed] = float(row.metrics[metric]) * scale
+        methods.setdefault(row.method, None)
+        targets.setdefault(row.target, None)
+
+    method_list = list(methods)
+    target_list = sorted(targets) if sort_targets else list(targets)
+    shape = (len(method_list), len(target_list) + 1)
+    mean = np.full(shape, np.nan)
+    std = np.full(shape, np.nan)
+    n_seeds = np.zeros(shape, dtype=int)
+
+    for i, method in enumerate(method_list):
+        cells = [values.get((method, target), {}) for target in target_list]
+        for j, cell in enumerate(cells):
+            if cell:
+                mean[i, j], std[i, j] = _mean_std(list(cell.values()))
+                n_seeds[i, j] = len(cell)
+        complete = set(cells[0]).intersection(*cells[1:])
+        if complete:
+            per_seed = [
+                float(np.mean([cell[seed] for cell in cells]))
+                for seed in sorted(complete)
+            ]
+            mean[i, -1], std[i, -1] = _mean_std(per_seed)
+            n_seeds[i, -1] = len(per_seed)
+
+    return ResultTable(
+        metric=metric,
+        methods=method_list,
+        targets=target_list,
+        mean=mean,
+        std=std,
+        n_seeds=n_seeds,
+    )
+
+
+def _best_rows(table: ResultTable, decimals: int) -> list[set[int]]:
+    """Per column, the row indices whose displayed mean equals the best one."""
+    best: list[set[int]] = []
+    for j in range(table.mean.shape[1]):
+        col = np.round(table.mean[:, j], decimals)
+        valid = ~np.isnan(col)
+        if not valid.any():
+            best.append(set())
+            continue
+        top = col[valid].max()
+        best.append({int(i) for i in np.flatnonzero(valid & (col == top))})
+    return best
+
+
+def _check_decimals(decimals: int) -> None:
+    if decimals < 0:
+        raise ValueError(f"decimals must be >= 0, got {decimals}")
+
+
+def _fmt(x: float, decimals: int) -> str:
+    return f"{x:.{decimals}f}"
+
+
+def to_markdown(table: ResultTable, decimals: int = 2, bold_best: bool = True) -> str:
+    """Render ``table`` as a GitHub-flavoured Markdown table.
+
+    Parameters
+    ----------
+    table : ResultTable
+        Table to render.
+    decimals : int, default 2
+        Digits after the decimal point.
+    bold_best : bool, default True
+        Wrap the cell(s) with the highest displayed mean of each column in
+        ``**...**`` (higher is better; ties are all bold).
+
+    Returns
+    -------
+    str
+        ``| Method | T1 | ... | Avg |`` header, alignment row and one line per
+        method; cells read ``95.25 ± 1.20`` and missing cells ``–``.
+    """
+    _check_decimals(decimals)
+    best = _best_rows(table, decimals) if bold_best else None
+
+    def esc(name: str) -> str:
+        return name.replace("|", "\\|")
+
+    lines = [
+        "| " + " | ".join(["Method", *map(esc, table.columns)]) + " |",
+        "|" + "---|" + "---:|" * len(table.columns),
+    ]
+    for i, method in enumerate(table.methods):
+        cells = [esc(method)]
+        for j in range(len(table.columns)):
+            m, s = table.mean[i, j], table.std[i, j]
+            if np.isnan(m):
+                cells.append(_MISSING_MD)
+                continue
+            text = f"{_fmt(m, decimals)} ± {_fmt(s, decimals)}"
+            cells.append(f"**{text}**" if best is not None and i in best[j] else text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(table: ResultTable, decimals: int = 4) -> str:
+    """Render ``table`` in long format, one line per (method, column).
+
+    Parameters
+    ----------
+    table : ResultTable
+        Table to render.
+    decimals : int, default 4
+        Digits after the decimal point for ``mean`` and ``std``.
+
+    Returns
+    -------
+    str
+        CSV text with header ``method,target,mean,std,n_seeds``; the ``Avg``
+        column uses target ``Avg``. Missing ``mean``/``std`` are empty fields.
+        Names are quoted by :mod:`csv` when needed.
+    """
+    _check_decimals(decimals)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["method", "target", "mean", "std", "n_seeds"])
+    for i, method in enumerate(table.methods):
+        for j, target in enumerate(table.columns):
+            m, s = table.mean[i, j], table.std[i, j]
+            writer.writerow(
+                [
+                    method,
+                    target,
+                    "" if np.isnan(m) else _fmt(m, decimals),
+                    "" if np.isnan(s) else _fmt(s, decimals),
+                    int(table.n_seeds[i, j]),
+                ]
+            )
+    return buf.getvalue()
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX special characters (``\\ & % $ # _ { } ~ ^``) in ``text``."""
+    return "".join(_TEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def to_latex(
+    table: ResultTable,
+    decimals: int = 2,
+    bold_best: bool = True,
+    caption: str | None = None,
+) -> str:
+    """Render ``table`` as a ``booktabs`` LaTeX tabular.
+
+    Parameters
+    ----------
+    table : ResultTable
+        Table to render.
+    decimals : int, default 2
+        Digits after the decimal point.
+    bold_best : bool, default True
+        Wrap the cell(s) with the highest displayed mean of each column in
+        ``\\textbf{...}`` (higher is better; ties are all bold).
+    caption : str or None, default None
+        If given, the tabular is wrapped in a ``table`` environment with this
+        ``\\caption``. The caption is inserted verbatim (it may contain LaTeX);
+        method and target names are escaped.
+
+    Returns
+    -------
+    str
+        LaTeX source requiring ``\\usepackage{booktabs}``; cells read
+        ``95.25 $\\pm$ 1.20`` and missing cells ``--``.
+    """
+    _check_decimals(decimals)
+    best = _best_rows(table, decimals) if bold_best else None
+    header = " & ".join(["Method", *map(latex_escape, table.columns)])
+    body: list[str] = []
+    for i, method in enumerate(table.methods):
+        cells = [latex_escape(method)]
+        for j in range(len(table.columns)):
+            m, s = table.mean[i, j], table.std[i, j]
+            if np.isnan(m):
+                cells.append(_MISSING_TEX)
+                continue
+            text = f"{_fmt(m, decimals)} $\\pm$ {_fmt(s, decimals)}"
+            bold = best is not None and i in best[j]
+            cells.append(f"\\textbf{{{text}}}" if bold else text)
+        body.append(" & ".join(cells) + r" \\")
+
+    tabular = [
+        r"\begin{tabular}{l" + "c" * len(table.columns) + "}",
+        r"\toprule",
+        header + r" \\",
+        r"\midrule",
+        *body,
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
+    if caption is None:
+        return "\n".join(tabular) + "\n"
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        f"\\caption{{{caption}}}",
+        *tabular,
+        r"\end{table}",
+    ]
+    return "\n".join(lines) + "\n"

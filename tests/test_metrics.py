@@ -1,0 +1,300 @@
+"""Tests for fedpath.evaluation.metrics, checked against scikit-learn."""
+
+from __future__ import annotations
+
+import ast
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from fedpath.evaluation import metrics as fm
+from fedpath.evaluation.metrics import (
+    METRIC_NAMES,
+    classification_metrics,
+    confusion_matrix,
+    per_group_metrics,
+    roc_curve,
+    worst_group,
+)
+
+
+def sklearn_reference(y: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+    """All metrics computed with scikit-learn, following the documented semantics."""
+    num_classes = probs.shape[1]
+    pred = np.argmax(probs, axis=1)
+    present = np.unique(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if present.size < 2:
+            auroc = math.nan
+        elif num_classes == 2:
+            auroc = skm.roc_auc_score(y, probs[:, 1])
+        elif present.size == num_classes:
+            auroc = skm.roc_auc_score(y, probs, multi_class="ovr", average="macro")
+        else:  # sklearn refuses absent classes: average binary OvR AUCs by hand
+            auroc = float(
+                np.mean([skm.roc_auc_score(y == c, probs[:, c]) for c in present])
+            )
+        return {
+            "accuracy": skm.accuracy_score(y, pred),
+            "balanced_accuracy": skm.balanced_accuracy_score(y, pred),
+            "macro_f1": skm.f1_score(
+                y,
+                pred,
+                labels=list(range(num_classes)),
+                average="macro",
+                zero_division=0,
+            ),
+            "auroc": auroc,
+            "mcc": skm.matthews_corrcoef(y, pred),
+        }
+
+
+def assert_matches_sklearn(y: np.ndarray, probs: np.ndarray) -> None:
+    ours = classification_metrics(y, probs)
+    ref = sklearn_reference(y, probs)
+    assert tuple(ours) == METRIC_NAMES
+    for name in METRIC_NAMES:
+        assert isinstance(ours[name], float), name
+        if math.isnan(ref[name]):
+            assert math.isnan(ours[name]), name
+        else:
+            assert ours[name] == pytest.approx(ref[name], abs=1e-12), name
+
+
+def random_case(
+    rng: np.random.Generator, num_classes: int, ties: bool, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    y = rng.integers(0, num_classes, size=n)
+    if ties:  # few distinct values -> many tied scores and tied argmaxes
+        weights = rng.integers(1, 4, size=(n, num_classes)).astype(float)
+    else:
+        weights = rng.dirichlet(np.ones(num_classes), size=n) + 1e-3
+    return y, weights / weights.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("num_classes", [2, 3])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed", range(25))
+def test_random_cases_match_sklearn(num_classes: int, ties: bool, seed: int) -> None:
+    rng = np.random.default_rng(1000 * seed + 10 * num_classes + int(ties))
+    n = int(rng.integers(2, 60))
+    y, probs = random_case(rng, num_classes, ties, n)
+    assert_matches_sklearn(y, probs)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_class_absent_from_y_true(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    y, probs = random_case(rng, 3, ties=seed % 2 == 0, n=40)
+    y = np.where(y == 2, 0, y)  # class 2 never occurs, but may be predicted
+    probs[:5, 2] += 5.0
+    probs /= probs.sum(axis=1, keepdims=True)
+    assert_matches_sklearn(y, probs)
+    # with an absent class, balanced accuracy averages over classes 0 and 1 only
+    pred = probs.argmax(axis=1)
+    recalls = [np.mean(pred[y == c] == c) for c in (0, 1)]
+    got = classification_metrics(y, probs)["balanced_accuracy"]
+    assert got == pytest.approx(np.mean(recalls))
+
+
+@pytest.mark.parametrize("num_classes", [2, 3, 4])
+def test_perfect_predictions(num_classes: int) -> None:
+    y = np.tile(np.arange(num_classes), 5)
+    probs = np.eye(num_classes)[y] * 0.9 + 0.1 / num_classes
+    result = classification_metrics(y, probs)
+    assert result == pytest.approx({name: 1.0 for name in METRIC_NAMES})
+    assert_matches_sklearn(y, probs)
+
+
+@pytest.mark.parametrize("num_classes", [2, 3])
+def test_constant_predictions(num_classes: int) -> None:
+    y = np.array([0, 1, 1, 0, 1, *range(num_classes)])
+    probs = np.full((y.size, num_classes), 1.0 / num_classes)
+    result = classification_metrics(y, probs)
+    assert result["auroc"] == pytest.approx(0.5)  # all scores tied
+    assert result["mcc"] == 0.0  # undefined -> 0
+    assert_matches_sklearn(y, probs)
+
+
+def test_inverted_scores_give_zero_auroc() -> None:
+    y = np.array([0, 0, 1, 1])
+    probs = np.array([[0.1, 0.9], [0.2, 0.8], [0.7, 0.3], [0.9, 0.1]])
+    result = classification_metrics(y, probs)
+    assert result["auroc"] == 0.0
+    assert result["mcc"] == pytest.approx(-1.0)
+    assert_matches_sklearn(y, probs)
+
+
+@pytest.mark.parametrize("num_classes", [2, 3])
+@pytest.mark.parametrize("label", [0, 1])
+def test_single_class_gives_nan_auroc(num_classes: int, label: int) -> None:
+    rng = np.random.default_rng(label)
+    y = np.full(7, label)
+    probs = rng.dirichlet(np.ones(num_classes), size=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning, no exception
+        result = classification_metrics(y, probs)
+    assert math.isnan(result["auroc"])
+    assert_matches_sklearn(y, probs)
+
+
+def test_single_sample() -> None:
+    result = classification_metrics(np.array([1]), np.array([[0.2, 0.8]]))
+    assert result["accuracy"] == 1.0
+    assert math.isnan(result["auroc"])
+    assert_matches_sklearn(np.array([1]), np.array([[0.2, 0.8]]))
+
+
+def test_accepts_bool_and_integral_float_labels() -> None:
+    probs = [[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
+    ref = classification_metrics(np.array([0, 1, 1]), np.array(probs))
+    assert classification_metrics(np.array([False, True, True]), np.array(probs)) == (
+        ref
+    )
+    assert classification_metrics(np.array([0.0, 1.0, 1.0]), np.array(probs)) == ref
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_confusion_matrix_matches_sklearn(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    num_classes = int(rng.integers(1, 6))
+    y_true = rng.integers(0, num_classes, size=int(rng.integers(1, 50)))
+    y_pred = rng.integers(0, num_classes, size=y_true.size)
+    ours = confusion_matrix(y_true, y_pred, num_classes)
+    ref = skm.confusion_matrix(y_true, y_pred, labels=list(range(num_classes)))
+    assert ours.dtype == np.int64
+    assert ours.shape == (num_classes, num_classes)
+    np.testing.assert_array_equal(ours, ref)
+
+
+def test_confusion_matrix_orientation() -> None:
+    cm = confusion_matrix(np.array([0, 0, 1]), np.array([1, 1, 1]), 3)
+    np.testing.assert_array_equal(cm, [[0, 2, 0], [0, 1, 0], [0, 0, 0]])
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed", range(8))
+def test_roc_curve_matches_sklearn(ties: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    y = rng.integers(0, 2, size=n)
+    y[:2] = [0, 1]
+    scores = rng.integers(0, 4, size=n) / 3 if ties else rng.normal(size=n)
+    fpr, tpr, thr = roc_curve(y, scores)
+    ref_fpr, ref_tpr, ref_thr = skm.roc_curve(y, scores, drop_intermediate=False)
+    np.testing.assert_allclose(fpr, ref_fpr)
+    np.testing.assert_allclose(tpr, ref_tpr)
+    np.testing.assert_array_equal(thr, ref_thr)
+
+
+def test_roc_curve_without_negatives_is_nan_fpr() -> None:
+    fpr, tpr, thr = roc_curve(np.array([1, 1]), np.array([0.3, 0.6]))
+    assert np.all(np.isnan(fpr))
+    np.testing.assert_allclose(tpr, [0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(thr, [np.inf, 0.6, 0.3])
+
+
+def test_per_group_metrics_and_worst_group() -> None:
+    rng = np.random.default_rng(3)
+    y, probs = random_case(rng, 3, ties=False, n=60)
+    groups = np.array([10, 2, 7] * 20)
+    result = per_group_metrics(y, probs, groups)
+    assert list(result) == ["10", "2", "7"]  # sorted by name (string order)
+    for name in result:
+        mask = groups == int(name)
+        assert result[name] == classification_metrics(y[mask], probs[mask])
+    # string and integer group ids with the same str() are the same group
+    mixed = np.array(["10", 2, 7] * 20, dtype=object)
+    assert per_group_metrics(y, probs, mixed) == result
+
+    name, value = worst_group(result, "accuracy")
+    accuracies = {g: m["accuracy"] for g, m in result.items()}
+    assert value == min(accuracies.values())
+    assert accuracies[name] == value
+
+
+def test_worst_group_ignores_nan_and_rejects_bad_input() -> None:
+    per_group = {
+        "a": {"auroc": math.nan, "accuracy": 0.5},
+        "b": {"auroc": 0.8, "accuracy": 0.9},
+        "c": {"auroc": 0.7, "accuracy": 0.4},
+    }
+    assert worst_group(per_group, "auroc") == ("c", 0.7)
+    assert worst_group(per_group, "accuracy") == ("c", 0.4)
+    with pytest.raises(ValueError, match="NaN for every group"):
+        worst_group({"a": {"auroc": math.nan}}, "auroc")
+    with pytest.raises(ValueError, match="per_group is empty"):
+        worst_group({}, "auroc")
+    with pytest.raises(ValueError, match="'f2' missing for group 'a'"):
+        worst_group(per_group, "f2")
+
+
+def test_per_group_single_class_group_has_nan_auroc() -> None:
+    y = np.array([0, 1, 1, 1])
+    probs = np.array([[0.6, 0.4], [0.3, 0.7], [0.4, 0.6], [0.8, 0.2]])
+    result = per_group_metrics(y, probs, np.array(["x", "x", "y", "y"]))
+    assert result["x"]["auroc"] == 1.0
+    assert math.isnan(result["y"]["auroc"])
+    assert worst_group(result, "auroc") == ("x", 1.0)
+
+
+GOOD_Y = np.array([0, 1, 1])
+GOOD_P = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+
+
+@pytest.mark.parametrize(
+    ("y_true", "probs", "match"),
+    [
+        (GOOD_Y, GOOD_P[:, 0], "probs must be a 2-D"),
+        (GOOD_Y, GOOD_P[:, :1], "probs must have C >= 2"),
+        (np.zeros(0, int), np.zeros((0, 2)), "probs must contain at least one"),
+        (GOOD_Y, np.array([[0.5, 0.5], [np.nan, 1.0], [1.0, 0.0]]), "probs .*finite"),
+        (GOOD_Y, np.array([[0.5, 0.5], [np.inf, 0.0], [1.0, 0.0]]), "probs .*finite"),
+        (GOOD_Y, np.array([["a", "b"]] * 3), "probs must be numeric"),
+        (GOOD_Y[:2], GOOD_P, "y_true has 2 samples but probs has 3"),
+        (GOOD_Y[:, None], GOOD_P, "y_true must be a 1-D"),
+        (np.array([0, 2, 1]), GOOD_P, r"y_true must contain labels in \[0, 2\)"),
+        (np.array([0, -1, 1]), GOOD_P, r"y_true must contain labels in \[0, 2\)"),
+        (np.array([0.0, 0.5, 1.0]), GOOD_P, "y_true must contain integer"),
+        (np.array(["0", "1", "1"]), GOOD_P, "y_true must contain integer"),
+    ],
+)
+def test_classification_metrics_rejects_bad_input(
+    y_true: np.ndarray, probs: np.ndarray, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        classification_metrics(y_true, probs)
+
+
+def test_other_functions_reject_bad_input() -> None:
+    with pytest.raises(ValueError, match="num_classes must be >= 1"):
+        confusion_matrix(GOOD_Y, GOOD_Y, 0)
+    with pytest.raises(ValueError, match="y_pred must contain labels"):
+        confusion_matrix(GOOD_Y, np.array([0, 3, 1]), 2)
+    with pytest.raises(ValueError, match="y_true and y_pred must have the same"):
+        confusion_matrix(GOOD_Y, GOOD_Y[:2], 2)
+    with pytest.raises(ValueError, match="y_true_binary must contain labels"):
+        roc_curve(np.array([0, 2]), np.array([0.1, 0.2]))
+    with pytest.raises(ValueError, match="scores has 1 entries"):
+        roc_curve(np.array([0, 1]), np.array([0.1]))
+    with pytest.raises(ValueError, match="scores must contain only finite"):
+        roc_curve(np.array([0, 1]), np.array([0.1, np.nan]))
+    with pytest.raises(ValueError, match="groups must be a 1-D array with 3"):
+        per_group_metrics(GOOD_Y, GOOD_P, np.array(["a", "b"]))
+
+
+def test_module_does_not_import_sklearn() -> None:
+    tree = ast.parse(Path(fm.__file__).read_text())
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert "sklearn" not in imported
+    assert imported <= {"__future__", "numpy"}

@@ -1,0 +1,194 @@
+"""The algorithm interface: every federated method is a client half and a server half.
+
+Both halves are plain PyTorch/NumPy and know nothing of the transport. A round is a
+sequence of *stages* chosen by the server half (``["fit"]`` for FedAvg; FedStain adds
+a ``"stats"`` stage before ``"fit"``; FedHD runs ``"distill"`` once). In each stage:
+
+1. ``server.configure(stage, round, clients)`` returns one :class:`Payload` per
+   client (a broadcast, or per-client content such as pools without the receiver's
+   own entries);
+2. each client's ``handle(stage, payload, state)`` returns its reply (weights,
+   statistics, synthetic data...), reading and updating its :class:`ClientState`;
+3. ``server.aggregate(stage, round, replies)`` updates server state (averaging,
+   pooling, controllers) and returns scalars to log.
+
+The in-process runtime calls these directly; the Flower adapters carry the same
+payloads in ``Message``s. State that must survive rounds lives in
+``server.state()`` and in each ``ClientState``, both checkpointed by the runtime.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpath.config import TrainConfig
+from fedpath.data.base import Split
+from fedpath.models.backbones import FedModel
+from fedpath.registry import Registry
+from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+
+
+class ProtocolError(RuntimeError):
+    """A stage or payload that an algorithm half does not understand."""
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from a tuple of ints/strings, stable across processes and runs.
+
+    Every random draw in a run is seeded from (run seed, round, client, purpose), so
+    results never depend on the order clients run in or on where a run resumed.
+    """
+    ints = [
+        int.from_bytes(p.encode(), "little") % (2**63) if isinstance(p, str) else int(p)
+        for p in parts
+    ]
+    return int(np.random.SeedSequence(ints).generate_state(1, np.uint64)[0] >> 1)
+
+
+@dataclass
+class ClientContext:
+    """Everything a client half may use: its data, model factory, training config."""
+
+    client_id: str
+    domain: str
+    data: Split
+    num_classes: int
+    build_model: Callable[[], FedModel]
+    train: TrainConfig
+    round: int
+    seed: int
+    device: torch.device
+    on_epoch: Callable[[int, int], None] | None = None  # (epoch, total) progress
+
+    def seed_for(self, *tags: int | str) -> int:
+        return derive_seed(self.seed, self.round, self.client_id, *tags)
+
+
+@dataclass
+class ServerContext:
+    """What a server half starts from: the initial global weights and the run shape."""
+
+    initial_weights: ArrayDict
+    client_ids: list[str]
+    client_domains: dict[str, str]
+    rounds: int
+    seed: int
+    build_model: Callable[[], FedModel]
+
+
+class ClientAlgorithm(ABC):
+    """The part of an algorithm that runs at a hospital.
+
+    A fresh instance is created for every call, so nothing lives on ``self`` between
+    rounds: what must survive goes into the :class:`ClientState`.
+    """
+
+    def __init__(self, params: Any, ctx: ClientContext) -> None:
+        self.params = params
+        self.ctx = ctx
+
+    @abstractmethod
+    def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
+        """Answer one stage of a round."""
+
+
+class ServerAlgorithm(ABC):
+    """The part of an algorithm that runs at the coordinator."""
+
+    def __init__(self, params: Any, ctx: ServerContext) -> None:
+        self.params = params
+        self.ctx = ctx
+
+    def stages(self, rnd: int) -> Sequence[str]:
+        """The stages of round ``rnd`` (1-based), in order."""
+        return ("fit",)
+
+    @abstractmethod
+    def configure(
+        self, stage: str, rnd: int, clients: Sequence[str]
+    ) -> dict[str, Payload]:
+        """One payload per client taking part in ``stage``."""
+
+    @abstractmethod
+    def aggregate(
+        self, stage: str, rnd: int, replies: Mapping[str, Payload]
+    ) -> dict[str, Scalar]:
+        """Fold the clients' replies into server state; return scalars to log."""
+
+    def global_weights(self) -> ArrayDict | None:
+        """The global model for evaluation on unseen domains (None: no global model)."""
+        return None
+
+    @abstractmethod
+    def state(self) -> Payload:
+        """Everything needed to resume the server half after a crash."""
+
+    @abstractmethod
+    def load_state(self, state: Payload) -> None: ...
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """A registered algorithm: its two halves and its parameter dataclass."""
+
+    client: type[ClientAlgorithm]
+    server: type[ServerAlgorithm]
+    summary: str
+
+
+#: Registered algorithms; ``ALGORITHMS.params(name)`` is the params dataclass.
+ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm")
+
+
+def register_algorithm(
+    name: str,
+    client: type[ClientAlgorithm],
+    server: type[ServerAlgorithm],
+    params: type | None = None,
+    summary: str = "",
+) -> AlgorithmSpec:
+    spec = AlgorithmSpec(client, server, summary or (client.__doc__ or "").strip())
+    ALGORITHMS.register(name, params=params)(spec)
+    return spec
+
+
+def weighted_mean_scalars(
+    replies: Mapping[str, Payload],
+    keys: Sequence[str] | None = None,
+    weight_key: str = "num_examples",
+) -> dict[str, Scalar]:
+    """Example-weighted mean of numeric reply scalars (train losses for the log)."""
+    if not replies:
+        return {}
+    weights = {c: float(p.scalars.get(weight_key, 1)) for c, p in replies.items()}
+    total = sum(weights.values()) or 1.0
+    names = (
+        keys
+        if keys is not None
+        else sorted(
+            {
+                k
+                for p in replies.values()
+                for k, v in p.scalars.items()
+                if isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and k != weight_key
+            }
+        )
+    )
+    out: dict[str, Scalar] = {}
+    for k in names:
+        vals = [
+            (weights[c], float(p.scalars[k]))
+            for c, p in replies.items()
+            if k in p.scalars
+        ]
+        if vals:
+            out[k] = sum(w * v for w, v in vals) / (sum(w for w, _ in vals) or total)
+    return out

@@ -1,0 +1,59 @@
+"""FedBN (Li et al., ICLR 2021): normalization layers stay local.
+
+Normalization modules are selected by type (BatchNorm, GroupNorm, LayerNorm,
+InstanceNorm), not by a ``"bn"`` substring of their names, which misses
+torchvision's ``downsample.1`` BatchNorms in the released code. Each client keeps its
+own normalization parameters and running statistics across rounds; the broadcast
+carries only the other entries.
+
+Unseen target domain: a hospital outside the federation has no local BatchNorm
+statistics, so the global model evaluated on it uses the example-weighted average
+of the clients' normalization entries (the server still receives them). This is a
+documented choice; the FedBN paper evaluates clients on their own domains only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import nn
+
+from fedpath.algorithms.base import ServerContext, register_algorithm
+from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
+from fedpath.models.backbones import NORM_TYPES, keys_of_modules
+from fedpath.types import ArrayDict
+
+
+@dataclass(frozen=True)
+class FedBNParams:
+    """bn_buffers: how the server's evaluation copy averages running statistics."""
+
+    bn_buffers: Literal["average", "pooled"] = "average"
+
+
+class FedBNClient(WeightsClient):
+    """FedBN: normalization layers keep their local values between rounds."""
+
+    def local_keys(self, model: nn.Module) -> set[str]:
+        return keys_of_modules(model, NORM_TYPES)
+
+
+class FedBNServer(FedAvgServer):
+    """FedAvg server whose broadcast leaves out normalization entries."""
+
+    def __init__(self, params: FedBNParams, ctx: ServerContext) -> None:
+        super().__init__(params, ctx)
+        self.norm_keys = keys_of_modules(ctx.build_model(), NORM_TYPES)
+
+    def broadcast_weights(self, client: str) -> ArrayDict:
+        return {k: v for k, v in self.weights.items() if k not in self.norm_keys}
+
+
+register_algorithm(
+    "fedbn",
+    FedBNClient,
+    FedBNServer,
+    FedBNParams,
+    "FedBN (Li et al. 2021): normalization layers stay local",
+)

@@ -1,0 +1,1 @@
+"""Runtimes: the local training loop, the in-process federation, experiments."""

@@ -1,0 +1,108 @@
+"""Experiments: a dataset, a leave-one-domain-out plan, seeds; one run per fold x seed.
+
+Layout of the output (one directory per run, everything afterwards is computed from
+the files in it)::
+
+    {output_dir}/{name}/{algorithm}/{target}/seed{seed}/
+        config.yaml      the fully resolved config
+        results.jsonl    one flat JSON record per round / evaluation / timing
+        checkpoint.pt    server + client state after the last completed round
+        final.json       final metrics (written last: its presence means "done")
+        global_weights.pt
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedpath.config import ConfigError, DataConfig, ExperimentConfig, resolve_params
+from fedpath.data.base import DATASETS, DomainDataset
+from fedpath.data.partition import lodo_plan
+from fedpath.evaluation.tables import ResultRow
+from fedpath.runtime.inprocess import FINAL, InProcessRun
+from fedpath.utils.progress import Reporter
+
+
+def load_dataset(cfg: DataConfig) -> DomainDataset:
+    """Instantiate the configured (registered) dataset."""
+    schema = DATASETS.params(cfg.name)
+    params = resolve_params(schema, cfg.params, "data.params") if schema else None
+    return DATASETS.get(cfg.name)(params, cfg.root)
+
+
+def run_dir_for(cfg: ExperimentConfig, target: str, seed: int) -> Path:
+    safe = target.replace("/", "_")
+    return Path(cfg.output_dir) / cfg.name / cfg.algorithm.name / safe / f"seed{seed}"
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    reporter: Reporter | None = None,
+    resume: bool = False,
+    dataset: DomainDataset | None = None,
+) -> list[dict[str, Any]]:
+    """Run every fold x seed of ``cfg``; return their final records."""
+    reporter = reporter or Reporter()
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
+    dataset = dataset or load_dataset(cfg.data)
+    folds = lodo_plan(dataset, cfg.lodo.targets)
+    reporter.start_runs(len(folds) * len(cfg.seeds))
+    records = []
+    for fold in folds:
+        for seed in cfg.seeds:
+            run = InProcessRun(
+                cfg, dataset, fold, seed, run_dir_for(cfg, fold.target, seed), reporter
+            )
+            records.append(run.run(resume=resume))
+    return records
+
+
+def find_runs(paths: Iterable[Path]) -> list[Path]:
+    """Every finished run directory (holding ``final.json``) under ``paths``."""
+    found: list[Path] = []
+    for p in paths:
+        if not p.exists():
+            raise ConfigError(f"results path {str(p)!r} does not exist")
+        if (p / FINAL).is_file():
+            found.append(p)
+        else:
+            found.extend(sorted(f.parent for f in p.rglob(FINAL)))
+    return found
+
+
+def collect_rows(paths: Sequence[Path], split: str = "target") -> list[ResultRow]:
+    """Final metrics of every finished run under ``paths`` as table rows.
+
+    ``split``: ``target`` (the unseen domain), ``source_mean`` (mean accuracy over
+    the sources' test splits) or ``source_worst`` (the worst source domain).
+    """
+    rows = []
+    for run in find_runs(paths):
+        rec = json.loads((run / FINAL).read_text())
+        ev = rec.get("evaluation", {})
+        if split == "target":
+            metrics = ev.get("target", {})
+        elif split == "source_mean":
+            metrics = {"accuracy": ev.get("source_mean_accuracy", float("nan"))}
+        elif split == "source_worst":
+            metrics = {
+                "accuracy": ev.get("source_worst", {}).get("accuracy", float("nan"))
+            }
+        else:
+            raise ConfigError(
+                "split: expected 'target', 'source_mean' or 'source_worst', "
+                f"got {split!r}"
+            )
+        rows.append(ResultRow(rec["method"], rec["target"], int(rec["seed"]), metrics))
+    if not rows:
+        raise ConfigError(
+            f"no finished runs (directories with {FINAL}) under "
+            f"{', '.join(map(str, paths))}"
+        )
+    return rows

@@ -1,0 +1,390 @@
+"""The one-machine runtime: every client in-process, deterministic, resumable.
+
+One :class:`InProcessRun` is one leave-one-domain-out fold with one seed. Per round:
+sample clients -> for each stage of the algorithm: configure -> client halves ->
+aggregate -> evaluate the global model on the unseen target (and the sources' test
+splits) -> append to ``results.jsonl`` -> checkpoint. Client halves are created
+fresh for every call and their models freed, so 100 clients never means 100 live
+models; what a client keeps lives in its small :class:`ClientState`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpath import __version__
+from fedpath.algorithms.base import (
+    ALGORITHMS,
+    ClientContext,
+    ServerContext,
+    derive_seed,
+)
+from fedpath.config import ConfigError, ExperimentConfig, resolve_params
+from fedpath.data.base import DomainDataset, Split
+from fedpath.data.partition import ClientData, LodoFold, make_clients
+from fedpath.evaluation.metrics import classification_metrics, worst_group
+from fedpath.models.backbones import FedModel, build_model
+from fedpath.runtime.local import predict_probs
+from fedpath.types import (
+    ArrayDict,
+    ClientState,
+    Payload,
+    payload_from_tree,
+    payload_to_tree,
+)
+from fedpath.utils.io import (
+    append_jsonl,
+    atomic_torch_save,
+    atomic_write_text,
+    read_jsonl,
+)
+from fedpath.utils.progress import Reporter
+
+CHECKPOINT = "checkpoint.pt"
+RESULTS = "results.jsonl"
+FINAL = "final.json"
+
+
+class ResumeError(RuntimeError):
+    """A checkpoint that does not belong to this run."""
+
+
+@dataclass
+class RoundTimes:
+    clients: float = 0.0
+    server: float = 0.0
+    evaluation: float = 0.0
+    checkpoint: float = 0.0
+
+
+class InProcessRun:
+    """One fold x seed of an experiment, run with every client in this process."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        dataset: DomainDataset,
+        fold: LodoFold,
+        seed: int,
+        run_dir: Path,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.dataset = dataset
+        self.fold = fold
+        self.seed = seed
+        self.run_dir = run_dir
+        self.reporter = reporter or Reporter()
+        self.device = torch.device(cfg.runtime.device)
+        self.spec = ALGORITHMS.get(cfg.algorithm.name)
+        schema = ALGORITHMS.params(cfg.algorithm.name)
+        self.params = (
+            resolve_params(schema, cfg.algorithm.params, "algorithm.params")
+            if schema
+            else None
+        )
+        self.clients: list[ClientData] = make_clients(
+            dataset, fold.sources, cfg.partition, seed
+        )
+        self.by_id = {c.client_id: c for c in self.clients}
+        self.states: dict[str, ClientState] = {
+            c.client_id: ClientState() for c in self.clients
+        }
+        torch.manual_seed(derive_seed(seed, "init"))
+        initial = self.build_model()
+        self.eval_model = initial
+        self.server = self.spec.server(
+            self.params,
+            ServerContext(
+                initial_weights={
+                    k: v.detach().cpu().numpy().copy()
+                    for k, v in initial.state_dict().items()
+                },
+                client_ids=[c.client_id for c in self.clients],
+                client_domains={c.client_id: c.domain for c in self.clients},
+                rounds=cfg.train.rounds,
+                seed=seed,
+                build_model=self.build_model,
+            ),
+        )
+        self.eval_splits = self._eval_splits()
+        self._last_eval: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ set-up
+
+    def build_model(self) -> FedModel:
+        return build_model(self.cfg.model, self.dataset.num_classes)
+
+    def _eval_splits(self) -> dict[tuple[str, str], Split]:
+        splits = {
+            ("target", self.fold.target): self.dataset.split(
+                self.fold.target, self.cfg.lodo.eval_split
+            )
+        }
+        if self.cfg.lodo.source_eval:
+            for d in self.fold.sources:
+                s = self.dataset.split(d, "test")
+                if len(s):
+                    splits[("source", d)] = s
+        return splits
+
+    def sample_clients(self, rnd: int) -> list[str]:
+        ids = [c.client_id for c in self.clients]
+        t = self.cfg.train
+        k = t.clients_per_round or max(1, round(t.client_fraction * len(ids)))
+        if k > len(ids):
+            raise ConfigError(
+                f"config key 'train.clients_per_round': {k} exceeds the {len(ids)} "
+                f"clients of this federation"
+            )
+        if k == len(ids):
+            return ids
+        rng = np.random.default_rng(derive_seed(self.seed, rnd, "sample"))
+        return sorted(rng.choice(ids, size=k, replace=False).tolist())
+
+    def labels(self) -> dict[str, Any]:
+        return {
+            "method": self.cfg.algorithm.name,
+            "target": self.fold.target,
+            "seed": self.seed,
+        }
+
+    # ------------------------------------------------------------------ rounds
+
+    def run(self, resume: bool = False) -> dict[str, Any]:
+        """Run (or continue) all rounds; return the final evaluation record."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        start = 1
+        if resume:
+            done = self.run_dir / FINAL
+            if done.is_file():
+                return dict(json.loads(done.read_text()))
+            start = self._restore() + 1
+        else:
+            for name in (RESULTS, CHECKPOINT, FINAL):
+                (self.run_dir / name).unlink(missing_ok=True)
+        atomic_write_text(self.run_dir / "config.yaml", self.cfg.to_yaml())
+        rounds = self.cfg.train.rounds
+        self.reporter.start_run(self._label(), rounds, done=start - 1)
+        final: dict[str, Any] = self._last_eval
+        for rnd in range(start, rounds + 1):
+            final = self.run_round(rnd)
+        record = {
+            **self.labels(),
+            "round": rounds,
+            "fedpath": __version__,
+            "config_hash": self.cfg.hash(),
+            "evaluation": final,
+        }
+        self._save_final(record)
+        self.reporter.end_run()
+        return record
+
+    def _label(self) -> str:
+        return f"{self.cfg.algorithm.name} -> {self.fold.target} (seed {self.seed})"
+
+    def run_round(self, rnd: int) -> dict[str, Any]:
+        times = RoundTimes()
+        sampled = self.sample_clients(rnd)
+        self.reporter.start_round(rnd, len(sampled) * len(self.server.stages(rnd)))
+        logs: dict[str, Any] = {}
+        up = down = 0
+        for stage in self.server.stages(rnd):
+            t0 = time.perf_counter()
+            messages = self.server.configure(stage, rnd, sampled)
+            times.server += time.perf_counter() - t0
+            replies: dict[str, Payload] = {}
+            for cid in sorted(messages):
+                t0 = time.perf_counter()
+                replies[cid] = self._call_client(cid, stage, rnd, messages[cid])
+                times.clients += time.perf_counter() - t0
+                down += messages[cid].nbytes()
+                up += replies[cid].nbytes()
+            if len(replies) < self.cfg.train.min_replies:
+                raise RuntimeError(
+                    f"round {rnd} stage {stage!r}: {len(replies)} replies, fewer than "
+                    f"train.min_replies={self.cfg.train.min_replies}"
+                )
+            t0 = time.perf_counter()
+            logs.update(
+                {
+                    f"{stage}/{k}": v
+                    for k, v in self.server.aggregate(stage, rnd, replies).items()
+                }
+            )
+            times.server += time.perf_counter() - t0
+        evaluation: dict[str, Any] = {}
+        t0 = time.perf_counter()
+        if rnd % self.cfg.train.eval_every == 0 or rnd == self.cfg.train.rounds:
+            evaluation = self._evaluate(rnd)
+            self._last_eval = evaluation
+        times.evaluation = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        append_jsonl(
+            self.run_dir / RESULTS,
+            {
+                **self.labels(),
+                "kind": "round",
+                "round": rnd,
+                "clients": len(sampled),
+                "bytes_up": up,
+                "bytes_down": down,
+                **logs,
+            },
+        )
+        if self.cfg.runtime.checkpoint:
+            self._checkpoint(rnd)
+        times.checkpoint = time.perf_counter() - t0
+        append_jsonl(
+            self.run_dir / RESULTS,
+            {
+                **self.labels(),
+                "kind": "timing",
+                "round": rnd,
+                "client_s": times.clients,
+                "server_s": times.server,
+                "eval_s": times.evaluation,
+                "checkpoint_s": times.checkpoint,
+            },
+        )
+        target = evaluation.get("target", {})
+        summary = f"acc {target['accuracy']:.3f}" if "accuracy" in target else ""
+        self.reporter.end_round(summary)
+        return evaluation
+
+    def _call_client(self, cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
+        data = self.by_id[cid]
+        self.reporter.start_client(cid, self.cfg.train.local_epochs)
+        ctx = ClientContext(
+            client_id=cid,
+            domain=data.domain,
+            data=data.train,
+            num_classes=self.dataset.num_classes,
+            build_model=self.build_model,
+            train=self.cfg.train,
+            round=rnd,
+            seed=self.seed,
+            device=self.device,
+            on_epoch=self.reporter.epoch,
+        )
+        reply = self.spec.client(self.params, ctx).handle(
+            stage, payload, self.states[cid]
+        )
+        self.reporter.end_client()
+        return reply
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _evaluate(self, rnd: int) -> dict[str, Any]:
+        weights = self.server.global_weights()
+        if weights is None:
+            return {}
+        self._load_eval_weights(weights)
+        out: dict[str, Any] = {"target": {}, "source": {}}
+        for (kind, domain), split in self.eval_splits.items():
+            probs = predict_probs(
+                self.eval_model, split, self.cfg.train.eval_batch_size, self.device
+            ).numpy()
+            metrics = classification_metrics(split.labels, probs)
+            metrics["n"] = len(split)
+            append_jsonl(
+                self.run_dir / RESULTS,
+                {
+                    **self.labels(),
+                    "kind": "eval",
+                    "round": rnd,
+                    "split": kind,
+                    "domain": domain,
+                    **metrics,
+                },
+            )
+            if kind == "target":
+                out["target"] = metrics
+            else:
+                out["source"][domain] = metrics
+        if out["source"]:
+            name, value = worst_group(out["source"], "accuracy")
+            out["source_worst"] = {"domain": name, "accuracy": value}
+            out["source_mean_accuracy"] = float(
+                np.mean([m["accuracy"] for m in out["source"].values()])
+            )
+        return out
+
+    def _load_eval_weights(self, weights: ArrayDict) -> None:
+        own = self.eval_model.state_dict()
+        self.eval_model.load_state_dict(
+            {**own, **{k: torch.from_numpy(v) for k, v in weights.items() if k in own}}
+        )
+
+    # ------------------------------------------------------------------ persistence
+
+    def _checkpoint(self, rnd: int) -> None:
+        atomic_torch_save(
+            {
+                "format": 1,
+                "round": rnd,
+                "config_hash": self.cfg.hash(),
+                "fold": self.fold.target,
+                "seed": self.seed,
+                "server": payload_to_tree(self.server.state()),
+                "clients": {c: payload_to_tree(s) for c, s in self.states.items()},
+                "last_eval": json.dumps(self._last_eval),
+            },
+            self.run_dir / CHECKPOINT,
+        )
+
+    def _restore(self) -> int:
+        """Load the checkpoint if any; return the last completed round (0: none)."""
+        path = self.run_dir / CHECKPOINT
+        if not path.is_file():
+            (self.run_dir / RESULTS).unlink(missing_ok=True)
+            return 0
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise ResumeError(f"cannot read checkpoint {path}: {err}") from None
+        if ckpt.get("config_hash") != self.cfg.hash():
+            raise ResumeError(
+                f"{path} was written by a different config (hash "
+                f"{ckpt.get('config_hash')} != {self.cfg.hash()}); resume with the "
+                "same config, or choose another output_dir/name"
+            )
+        self.server.load_state(payload_from_tree(ckpt["server"]))
+        self.states = {
+            c: payload_from_tree(t, ClientState)  # type: ignore[misc]
+            for c, t in ckpt["clients"].items()
+        }
+        self._last_eval = json.loads(ckpt.get("last_eval", "{}"))
+        last = int(ckpt["round"])
+        self._truncate_results(last)
+        return last
+
+    def _truncate_results(self, last_round: int) -> None:
+        """Drop records of rounds after the checkpoint (the round that crashed)."""
+        path = self.run_dir / RESULTS
+        if not path.is_file():
+            return
+        keep = [r for r in read_jsonl(path) if int(r.get("round", 0)) <= last_round]
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
+
+    def _save_final(self, record: Mapping[str, Any]) -> None:
+        weights = self.server.global_weights()
+        if weights is not None and self.cfg.runtime.export_model:
+            atomic_torch_save(
+                {
+                    k: torch.from_numpy(np.ascontiguousarray(v))
+                    for k, v in weights.items()
+                },
+                self.run_dir / "global_weights.pt",
+            )
+        atomic_write_text(
+            self.run_dir / FINAL, json.dumps(record, indent=2, default=str)
+        )

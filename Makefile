@@ -1,0 +1,40 @@
+# fedpath: the two commands a newcomer needs.
+#   make demo   install, then train every method on the synthetic hospitals (< 5 min)
+#   make test   install, then lint (ruff), type-check (mypy) and run the unit tests
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.fedpath-installed
+
+.PHONY: install demo test lint typecheck unit bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, by exact version: pip takes the wheels already on this machine
+	$(BIN)/pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/fedpath demo
+
+lint: install
+	$(BIN)/ruff check fedpath tests benchmarks
+	$(BIN)/ruff format --check fedpath tests benchmarks
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+bench: install
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf runs .pytest_cache .mypy_cache .ruff_cache build *.egg-info

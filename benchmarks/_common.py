@@ -1,0 +1,41 @@
+"""Shared set-up of the benchmarks (not a test module; run the bench_*.py scripts)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def setup_threads() -> int:
+    threads = int(os.environ.get("FEDPATH_BENCH_THREADS", "2"))
+    torch.set_num_threads(threads)
+    return threads
+
+
+def best_of(fn: Callable[[], float], repeats: int = 3) -> float:
+    """Best (max) of ``repeats`` throughput measurements (least disturbed by noise)."""
+    return max(fn() for _ in range(repeats))
+
+
+def rss_mib() -> float:
+    """Current resident set size in MiB (Linux /proc)."""
+    with open("/proc/self/statm") as fh:
+        pages = int(fh.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Timer:
+    def __enter__(self) -> Timer:
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0

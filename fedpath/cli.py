@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--quiet",
             "-q",
             action="store_true",
-            help="no progress bars or tables (CI); errors still print",
+            help="no progress bars or status lines (also FEDPATH_QUIET=1); tables and "
+            "errors still print",
         )
 
     run = sub.add_parser(
@@ -223,7 +224,7 @@ def _print_table(
         "source_mean": "source domains' test splits (mean)",
         "source_worst": "worst source domain",
     }[split]
-    console = _console(quiet)
+    console = _console(False)  # the table is the output asked for, even when quiet
     if fmt == "markdown":
         console.print(
             f"\n{metric} (%) on the {title}, mean ± std over seeds\n", highlight=False
@@ -239,7 +240,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from fedpath.models.backbones import BACKBONES
     from fedpath.registry import describe
 
-    console = Console()
+    console = Console(soft_wrap=True)
     for title, reg in (
         ("datasets", DATASETS),
         ("backbones", BACKBONES),

@@ -53,6 +53,8 @@ def mixstyle(
     mode: MixMode = "sound",
     kind: StatKind | None = None,
     iters: int = 8,
+    max_fit_pixels: int | None = 4096,
+    refine_iters: int = 2,
 ) -> Tensor:
     """Cross-client pixel-level MixStyle (FedStain Algorithm 1).
 
@@ -91,6 +93,8 @@ def mixstyle(
         ``mode="paper"`` needs ``"moments"`` or ``"skew_kurt"``.
     iters : int
         :func:`match_shape` iterations for the shape kinds.
+    max_fit_pixels, refine_iters : int or None, int
+        Shape-fit budget (see :func:`fedpath.stain.shape.fit_sinh_arcsinh`).
 
     Returns
     -------
@@ -120,7 +124,18 @@ def mixstyle(
         own = image_statistics(y, kind)
         lam3 = lam.to(own.dtype)[:, None, None]
         mixed = lam3 * own + (1.0 - lam3) * entry
-        return from_space(restyle(y, own, mixed, kind, iters=iters), space).to(x.dtype)
+        return from_space(
+            restyle(
+                y,
+                own,
+                mixed,
+                kind,
+                iters=iters,
+                max_fit_pixels=max_fit_pixels,
+                refine_iters=refine_iters,
+            ),
+            space,
+        ).to(x.dtype)
     if kind not in ("moments", "skew_kurt"):
         raise ValueError(
             f"mode='paper' needs skewness/kurtosis in the pool, got {kind!r}"

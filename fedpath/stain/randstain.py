@@ -224,6 +224,8 @@ def randstain_in_space(
     reading: Reading = "sound",
     iters: int = 8,
     eps: float = 1e-6,
+    max_fit_pixels: int | None = 4096,
+    refine_iters: int = 2,
 ) -> Tensor:
     """The deterministic core of RandStain, in the colour space (no clamping).
 
@@ -242,6 +244,8 @@ def randstain_in_space(
         Eq. 1 reading (module docstring).
     iters, eps : int, float
         Passed to :func:`match_shape` / :func:`channel_moments`.
+    max_fit_pixels, refine_iters : int or None, int
+        Shape-fit budget (see :func:`fedpath.stain.shape.fit_sinh_arcsinh`).
 
     Returns
     -------
@@ -261,7 +265,14 @@ def randstain_in_space(
     z = (y.to(mom.mean.dtype) - mom.mean[..., None, None]) / std[..., None, None]
     if higher_order:
         z = match_shape(
-            z, tgt[..., 2], tgt[..., 3], iters=iters, strength=strength, eps=eps
+            z,
+            tgt[..., 2],
+            tgt[..., 3],
+            iters=iters,
+            strength=strength,
+            eps=eps,
+            max_fit_pixels=max_fit_pixels,
+            refine_iters=refine_iters,
         )
     # Sound: output std sigma'. Literal Eq. 1: sigma * sigma'. A constant channel
     # has z = 0 either way and moves to mu'.
@@ -281,6 +292,8 @@ def randstain(
     strength: float = 1.0,
     reading: Reading = "sound",
     iters: int = 8,
+    max_fit_pixels: int | None = 4096,
+    refine_iters: int = 2,
 ) -> Tensor:
     """RandStain (FedStain Eq. 1, sound reading) with higher-order shape matching.
 
@@ -306,7 +319,7 @@ def randstain(
         Per-image application probability (paper: 0.9).
     mode : {"fitted", "direct"}
         Template sampling (:meth:`StatPool.sample`).
-    higher_order, strength, reading, iters
+    higher_order, strength, reading, iters, max_fit_pixels, refine_iters
         See :func:`randstain_in_space`.
 
     Returns
@@ -339,7 +352,14 @@ def randstain(
         return out
     y = to_space(x[chosen], space)
     y = randstain_in_space(
-        y, targets[chosen], higher_order, strength, reading, iters=iters
+        y,
+        targets[chosen],
+        higher_order,
+        strength,
+        reading,
+        iters=iters,
+        max_fit_pixels=max_fit_pixels,
+        refine_iters=refine_iters,
     )
     out[chosen] = from_space(y, space).to(x.dtype)
     return out

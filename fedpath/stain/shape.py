@@ -156,8 +156,10 @@ def fit_sinh_arcsinh(
         kurtosis >~ 10), whose subsample moments are noisy, keep more error.
         ``None`` fits on all pixels.
     refine_iters : int
-        Full-resolution evaluations after a subsampled fit (>= 1); the best of
-        them and the identity is kept, so the result is never worse than no-op.
+        Full-resolution evaluations after a subsampled fit; the best of them and
+        the identity is kept, so the result is never worse than no-op. ``0`` uses
+        the subsample fit as is (fastest; the augmentation default, where an
+        approximate target is as good as an exact one).
 
     Returns
     -------
@@ -167,7 +169,7 @@ def fit_sinh_arcsinh(
     """
     if not 0.0 <= strength <= 1.0:
         raise ValueError(f"strength must be in [0, 1], got {strength}")
-    for name, value, low in (("iters", iters, 0), ("refine_iters", refine_iters, 1)):
+    for name, value, low in (("iters", iters, 0), ("refine_iters", refine_iters, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if max_fit_pixels is not None and max_fit_pixels < 16:
@@ -205,6 +207,12 @@ def fit_sinh_arcsinh(
             coarse = levenberg_marquardt(
                 sub, target, valid, (zero, zero), unseen, iters + 1
             )
+            if refine_iters == 0:
+                epsilon = torch.where(valid, coarse.e.squeeze(-1), torch.zeros_like(ts))
+                delta = torch.where(
+                    valid, coarse.log_d.squeeze(-1).exp(), torch.ones_like(ts)
+                )
+                return epsilon, delta, coarse.moments
             # Refine from the coarse point even if it is worse than the identity
             # on all pixels (its Jacobian is what the next step needs) ...
             best = levenberg_marquardt(
@@ -234,6 +242,7 @@ def match_shape(
     strength: float = 1.0,
     eps: float = 1e-6,
     max_fit_pixels: int | None = 4096,
+    refine_iters: int = 2,
 ) -> Tensor:
     """Monotone per-(sample, channel) reshaping toward target skewness and kurtosis.
 
@@ -255,7 +264,7 @@ def match_shape(
         change) to the requested ones (1).
     eps : float
         Degeneracy threshold; constant channels come back as zeros.
-    max_fit_pixels : int or None
+    max_fit_pixels, refine_iters : int or None, int
         See :func:`fit_sinh_arcsinh`.
 
     Returns
@@ -276,6 +285,7 @@ def match_shape(
         strength=strength,
         eps=eps,
         max_fit_pixels=max_fit_pixels,
+        refine_iters=refine_iters,
     )
     mom = channel_moments(z.detach(), eps)
     valid = (mom.std > 0)[..., None, None]
@@ -323,6 +333,8 @@ def restyle(
     window: int = 8,
     eps: float = 1e-6,
     iters: int = 8,
+    max_fit_pixels: int | None = 4096,
+    refine_iters: int = 2,
     strength: float = 1.0,
 ) -> Tensor:
     """Transform ``x`` from its statistics to ``target_stats`` (FedStain Table V).
@@ -349,6 +361,8 @@ def restyle(
           the target skewness/kurtosis.
     window, eps : int, float
         As in :func:`~fedpath.stain.moments.image_statistics`.
+    max_fit_pixels, refine_iters : int or None, int
+        Shape-fit budget (see :func:`fit_sinh_arcsinh`).
     iters, strength : int, float
         Passed to :func:`match_shape` for the shape kinds.
 
@@ -385,11 +399,29 @@ def restyle(
         mom = channel_moments(xw, eps)
         std = torch.where(mom.std > 0, mom.std, torch.ones_like(mom.std))
         z = (xw - bc(mom.mean)) / bc(std)
-        shaped = match_shape(z, tgt[0], tgt[1], iters=iters, strength=strength, eps=eps)
+        shaped = match_shape(
+            z,
+            tgt[0],
+            tgt[1],
+            iters=iters,
+            strength=strength,
+            eps=eps,
+            max_fit_pixels=max_fit_pixels,
+            refine_iters=refine_iters,
+        )
         out = shaped * bc(mom.std) + bc(mom.mean)
     else:  # moments
         std = torch.where(src[1] > 0, src[1], torch.ones_like(src[1]))
         z = (xw - bc(src[0])) / bc(std)
-        shaped = match_shape(z, tgt[2], tgt[3], iters=iters, strength=strength, eps=eps)
+        shaped = match_shape(
+            z,
+            tgt[2],
+            tgt[3],
+            iters=iters,
+            strength=strength,
+            eps=eps,
+            max_fit_pixels=max_fit_pixels,
+            refine_iters=refine_iters,
+        )
         out = shaped * bc(tgt[1].clamp_min(0.0)) + bc(tgt[0])
     return out.to(x.dtype)

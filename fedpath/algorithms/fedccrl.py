@@ -1,0 +1,132 @@
+"""FedCCRL (Wang, Guo, Tang 2024, arXiv 2410.11267), as its released code does it.
+
+Facts from the released code (../shared/notes/baselines.md, section 1):
+
+* every round each client uploads the per-image channel mean and std of
+  ``int(r * n)`` training images (r = 0.1; here ceil, so a client always uploads)
+  and receives the other clients' pooled statistics with the weights;
+* two views per batch, ``v_k = AugMix(MixStyle(x))``: pixel-level MixStyle with
+  p = 1 and lambda ~ Beta(0.1, 0.1) per sample mixing the image's own (mean, std)
+  with a uniformly drawn pool entry, then torchvision's AugMix (all ops, defaults;
+  ops shared by the batch, mixing weights per sample) on the uint8 image;
+* ``L = CE(x) + CE(v1) + CE(v2) + lambda2 * JS(x, v1, v2)
+  + lambda1 * mean_k S(f(v_k), f(x))`` with the repository's own supervised
+  contrastive variant S (positives include the anchor itself), t = 0.1,
+  lambda1 = lambda2 = 0.1; FedAvg over all state_dict entries.
+
+Differences, on purpose: statistics are computed on the [0, 1] image rather than
+the ImageNet-normalized tensor (the same style up to a fixed affine map) with the
+population std; MixStyle output is clamped to [0, 1] before the uint8 cast (the
+released code casts out-of-range values unsafely); a fresh optimizer each round
+(the released client objects carry Adam moments across rounds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.transforms import v2
+
+from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.stats_exchange import StatsExchangeClient, StatsExchangeServer
+from fedpath.config import ConfigError
+from fedpath.losses import fedccrl_contrastive, js_divergence
+from fedpath.stain import StatPool, augmix, image_statistics, mixstyle
+from fedpath.types import ArrayDict
+
+
+@dataclass(frozen=True)
+class FedCCRLParams:
+    """FedCCRL defaults from its released code (lambda1 = lambda2 = 0.1, t = 0.1)."""
+
+    upload_ratio: float = 0.1
+    refresh: Literal["round", "once"] = "round"
+    mixstyle_alpha: float = 0.1
+    lambda1: float = 0.1  # representation alignment (contrastive)
+    lambda2: float = 0.1  # prediction alignment (JS)
+    temperature: float = 0.1
+    augmix: Literal["torchvision", "geometric"] = "torchvision"
+    empty_pool: Literal["own", "error"] = "own"
+    bn_buffers: Literal["average", "pooled"] = "average"
+
+    def __post_init__(self) -> None:
+        for key, value, ok in (
+            ("upload_ratio", self.upload_ratio, 0 <= self.upload_ratio <= 1),
+            ("mixstyle_alpha", self.mixstyle_alpha, self.mixstyle_alpha > 0),
+            ("lambda1", self.lambda1, self.lambda1 >= 0),
+            ("lambda2", self.lambda2, self.lambda2 >= 0),
+            ("temperature", self.temperature, self.temperature > 0),
+        ):
+            if not ok:
+                raise ConfigError(
+                    f"config key 'algorithm.params.{key}': invalid value {value!r}"
+                )
+
+    def stat_layout(self) -> dict[str, tuple[int, int]]:
+        return {"mean_std": (3, 2)}
+
+
+class FedCCRLClient(StatsExchangeClient):
+    """FedCCRL client: cross-client MixStyle + AugMix views, CE + contrastive + JS."""
+
+    params: FedCCRLParams
+
+    def compute_stats(self, images: torch.Tensor) -> ArrayDict:
+        return {"mean_std": image_statistics(images, "mean_std").float().numpy()}
+
+    def begin(self, model: nn.Module, payload: Any, state: Any) -> None:
+        super().begin(model, payload, state)
+        stats = torch.from_numpy(self.pool["mean_std"])
+        self.ms_pool = StatPool(stats, space="rgb", kind="mean_std")
+        self._augmix = v2.AugMix()
+
+    def augment(self, x: torch.Tensor) -> torch.Tensor:
+        """AugMix(MixStyle(x)) for a batch in [0, 1]."""
+        g = self.generator
+        styled = mixstyle(x, self.ms_pool, g, alpha=self.params.mixstyle_alpha)
+        if self.params.augmix == "geometric":
+            return augmix(styled, g)
+        as_uint8 = styled.clamp(0, 1).mul(255).round().to(torch.uint8)
+        return self._augmix(as_uint8).float().div_(255.0)
+
+    def loss(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> dict[str, Any]:
+        p = self.params
+        with torch.no_grad():
+            v1, v2_ = self.augment(x), self.augment(x)
+        b = x.shape[0]
+        z = model.encode(torch.cat([x, v1, v2_]))  # type: ignore[operator]
+        logits = model.classifier(z)  # type: ignore[operator]
+        zs, ls = z.split(b), logits.split(b)
+        ce = sum(F.cross_entropy(lv, y) for lv in ls)  # summed, as released
+        ra = 0.5 * (
+            fedccrl_contrastive(zs[0], zs[1], y, p.temperature)
+            + fedccrl_contrastive(zs[0], zs[2], y, p.temperature)
+        )
+        js = js_divergence(list(ls))
+        total = ce + p.lambda1 * ra + p.lambda2 * js
+        return {
+            "loss": total,
+            "cls": torch.as_tensor(ce).detach(),
+            "ra": ra.detach(),
+            "js": js.detach(),
+        }
+
+
+class FedCCRLServer(StatsExchangeServer):
+    """FedAvg plus per-client pools of the other clients' (mean, std)."""
+
+
+register_algorithm(
+    "fedccrl",
+    FedCCRLClient,
+    FedCCRLServer,
+    FedCCRLParams,
+    "FedCCRL (Wang et al. 2024): mean/std exchange, MixStyle + AugMix, CE + "
+    "contrastive + JS",
+)

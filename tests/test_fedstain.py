@@ -1,0 +1,256 @@
+"""FedStain and its baselines: the statistics exchange, the views, the payload audit."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedpath.algorithms.base import ProtocolError
+from fedpath.algorithms.fedalign import selective_transfer
+from fedpath.algorithms.stats_exchange import audit_payload
+from fedpath.config import ConfigError, load_config
+from fedpath.data.partition import lodo_plan
+from fedpath.runtime.experiment import load_dataset
+from fedpath.runtime.inprocess import InProcessRun
+from fedpath.types import Payload
+from tests.conftest import tiny_overrides
+
+EXCHANGE = ["fedstain", "fedccrl", "fedalign"]
+
+
+def make_run(tmp_path: Path, *extra: str, target: str = "hospital_0") -> InProcessRun:
+    cfg = load_config(None, tiny_overrides(tmp_path, *extra))
+    ds = load_dataset(cfg.data)
+    return InProcessRun(cfg, ds, lodo_plan(ds, [target])[0], 0, tmp_path / "run")
+
+
+def spy_calls(run: InProcessRun) -> list[tuple[str, str, int, Payload, Payload]]:
+    calls: list[tuple[str, str, int, Payload, Payload]] = []
+    inner = run._call_client
+
+    def wrapped(cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
+        reply = inner(cid, stage, rnd, payload)
+        calls.append((cid, stage, rnd, payload.copy(), reply.copy()))
+        return reply
+
+    run._call_client = wrapped  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.parametrize("algorithm", EXCHANGE)
+def test_pool_excludes_own_entries_and_only_statistics_leave(
+    tmp_path: Path, algorithm: str
+) -> None:
+    run = make_run(tmp_path, f"algorithm.name={algorithm}")
+    calls = spy_calls(run)
+    run.run()
+    uploads = {(c, r): reply for c, s, r, _, reply in calls if s == "stats"}
+    for (cid, _rnd), reply in uploads.items():
+        n = len(run.by_id[cid].train)
+        for arr in reply.arrays["stats"].values():
+            assert arr.shape[0] == math.ceil(0.1 * n)  # ceil(r * n_i) images
+    for cid, stage, rnd, sent, reply in calls:
+        # nothing image-shaped leaves a client, in any stage
+        audit_payload(reply, image_size=32)
+        if stage != "fit":
+            assert "weights" not in reply.arrays
+            continue
+        pool = sent.arrays["pool"]
+        own = uploads[(cid, rnd)].arrays["stats"]
+        others = [uploads[(o, rnd)].arrays["stats"] for o in run.by_id if o != cid]
+        for key, arr in pool.items():
+            expected = np.concatenate([o[key] for o in others])
+            assert arr.shape == expected.shape
+            # as sets of rows: exactly the others' entries, none of this client's
+            rows = {tuple(r.ravel().round(5)) for r in arr}
+            assert rows == {tuple(r.ravel().round(5)) for r in expected}
+            assert not rows & {tuple(r.ravel().round(5)) for r in own[key]}
+
+
+def test_audit_catches_image_shaped_arrays() -> None:
+    audit_payload(Payload({"stats": {"m": np.zeros((5, 3, 4))}}), image_size=64)
+    with pytest.raises(AssertionError, match="looks like image data"):
+        audit_payload(Payload({"stats": {"x": np.zeros((2, 3, 64, 64))}}), 64)
+    with pytest.raises(AssertionError, match="looks like image data"):
+        audit_payload(Payload({"stats": {"x": np.zeros((2, 16, 16, 3))}}), 64)
+    with pytest.raises(AssertionError, match="looks like image data"):
+        audit_payload(Payload({"x": {"flat": np.zeros((2, 64 * 64 * 3))}}), 64)
+
+
+def test_refresh_once_runs_the_stats_stage_in_round_one_only(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path,
+        "algorithm.name=fedstain",
+        "algorithm.params.refresh=once",
+        "train.rounds=3",
+    )
+    calls = spy_calls(run)
+    run.run()
+    assert {r for _, s, r, _, _ in calls if s == "stats"} == {1}
+    assert {r for _, s, r, _, _ in calls if s == "fit"} == {1, 2, 3}
+    # the pool survives to later rounds
+    assert all(
+        len(sent.arrays["pool"]["moments"]) > 0
+        for _, s, _, sent, _ in calls
+        if s == "fit"
+    )
+
+
+@pytest.mark.parametrize("bad", ["nan", "shape", "keys", "empty"])
+def test_bad_uploads_are_rejected_by_name_and_the_round_goes_on(
+    tmp_path: Path, bad: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = make_run(tmp_path, "algorithm.name=fedstain", "train.rounds=1")
+    inner = run._call_client
+
+    def corrupt(cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
+        reply = inner(cid, stage, rnd, payload)
+        if stage == "stats" and cid == "hospital_1/c1":
+            m = reply.arrays["stats"]["moments"]
+            if bad == "nan":
+                m[0, 0, 0] = np.nan
+            elif bad == "shape":
+                reply.arrays["stats"]["moments"] = m[:, :, :2]
+            elif bad == "keys":
+                reply.arrays["stats"] = {"pixels": m}
+            else:
+                reply.arrays.pop("stats")
+        return reply
+
+    run._call_client = corrupt  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="fedpath"):
+        record = run.run()
+    assert "rejected statistics of client hospital_1/c1" in caplog.text
+    assert set(run.server.pools) == {"hospital_1/c0", "hospital_2/c0", "hospital_2/c1"}
+    assert 0 <= record["evaluation"]["target"]["accuracy"] <= 1
+    rounds = (tmp_path / "run" / "results.jsonl").read_text()
+    assert '"stats/rejected": 1' in rounds
+
+
+def test_empty_pool_falls_back_to_own_statistics_or_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 2 hospitals, 1 client per hospital: after holding one out, one client is left
+    one = (
+        "data.params.num_hospitals=2",
+        "partition.clients_per_domain=1",
+        "train.rounds=1",
+        "algorithm.name=fedstain",
+    )
+    run = make_run(tmp_path / "own", *one)
+    with caplog.at_level(logging.WARNING, logger="fedpath"):
+        run.run()
+    assert "received an empty statistics pool" in caplog.text
+    strict = make_run(tmp_path / "err", *one, "algorithm.params.empty_pool=error")
+    with pytest.raises(ProtocolError, match="pool it received is empty"):
+        strict.run()
+
+
+@pytest.mark.parametrize(
+    ("switches", "versions"),
+    [
+        ((), 4),
+        (("algorithm.params.randstain=false",), 3),
+        (("algorithm.params.augmix=false", "algorithm.params.mixstyle=false"), 4),
+    ],
+)
+def test_fedstain_views_and_loss_terms(
+    tmp_path: Path, switches: tuple[str, ...], versions: int
+) -> None:
+    run = make_run(tmp_path, "algorithm.name=fedstain", *switches)
+    calls = spy_calls(run)
+    run.run()
+    client_cls = run.spec.client
+    ctx_run = run.clients[0]
+    from fedpath.algorithms.base import ClientContext
+
+    ctx = ClientContext(
+        ctx_run.client_id,
+        ctx_run.domain,
+        ctx_run.train,
+        2,
+        run.build_model,
+        run.cfg.train,
+        1,
+        0,
+        torch.device("cpu"),
+    )
+    client = client_cls(run.params, ctx)
+    fit = next(sent for c, s, _, sent, _ in calls if s == "fit" and c == ctx.client_id)
+    model = run.build_model()
+    client.begin(model, fit, run.states[ctx.client_id])
+    x = ctx_run.train.load(np.arange(8)).float() / 255
+    views = client.views(x)
+    assert len(views) == versions
+    for v in views:
+        assert v.shape == x.shape and bool(torch.isfinite(v).all())
+        assert float(v.min()) >= 0 and float(v.max()) <= 1
+    if not switches:
+        assert not torch.equal(views[1], x) and not torch.equal(views[2], views[3])
+    out = client.loss(model, x, torch.from_numpy(ctx_run.train.labels[:8]))
+    assert {"loss", "cls", "ra", "js"} <= set(out)
+    assert float(out["ra"]) > 0 and float(out["js"]) >= 0
+
+
+def test_fedstain_params_validated() -> None:
+    with pytest.raises(ConfigError, match="'algorithm.params.upload_ratio'"):
+        load_config(
+            None, ["algorithm.name=fedstain", "algorithm.params.upload_ratio=2"]
+        )
+    with pytest.raises(ConfigError, match="'algorithm.params.statistics'"):
+        load_config(
+            None,
+            [
+                "algorithm.name=fedstain",
+                "algorithm.params.mixstyle_mode=paper",
+                "algorithm.params.statistics=mean_iqr",
+            ],
+        )
+    with pytest.raises(
+        ConfigError, match="'algorithm.params.statistics': expected one"
+    ):
+        load_config(
+            None, ["algorithm.name=fedstain", "algorithm.params.statistics=median"]
+        )
+
+
+def test_selective_transfer_is_cluster_proportional() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 0.01, (90, 3, 2))
+    b = rng.normal(5, 0.01, (10, 3, 2))
+    stats = np.concatenate([a, b])
+    keep = selective_transfer(stats, 2, 0.5, np.random.default_rng(1))
+    assert len(set(keep)) == len(keep)
+    in_b = np.sum(keep >= 90)
+    assert 3 <= in_b <= 7 and 40 <= np.sum(keep < 90) <= 50  # ~45 / ~5 of 50
+    # one entry still works (k clipped to the pool size)
+    assert list(selective_transfer(stats[:1], 7, 0.5, np.random.default_rng(0))) == [0]
+
+
+def test_strap_stylizes_colour_not_layout() -> None:
+    from fedpath.algorithms.strap import rand_conv, random_styles, reinhard
+    from fedpath.stain import to_space
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(6, 3, 32, 32) * 0.5 + 0.25
+    styles = random_styles(6, g)
+    y = reinhard(x, styles)
+    lab = to_space(y, "lab")
+    # the LAB mean moves to the drawn style (up to clamping at the gamut)
+    err = (lab.mean((2, 3)) - styles[..., 0]).abs()
+    assert float(err[:, 0].median()) < 8.0
+    # layout kept: the L channel is still strongly correlated with the input's
+    lx = to_space(x, "lab")[:, 0].flatten(1)
+    ly = lab[:, 0].flatten(1)
+    corr = torch.nn.functional.cosine_similarity(
+        lx - lx.mean(1, keepdim=True), ly - ly.mean(1, keepdim=True)
+    )
+    assert float(corr.min()) > 0.5
+    t = rand_conv(x, g, "full")
+    assert t.shape == x.shape and bool(torch.isfinite(t).all())
+    torch.testing.assert_close(t.mean((2, 3)), x.mean((2, 3)), atol=0.05, rtol=0)

@@ -178,6 +178,8 @@ class DomainDataset:
         self.domain_of = np.asarray(domains).astype(str)
         self.slide_of = np.asarray(slides).astype(str)
         self.is_test = np.asarray(is_test, dtype=bool)
+        #: descriptions of input rows skipped with skip_bad (counted, never silent)
+        self.skipped: list[str] = []
         present = list(dict.fromkeys(self.domain_of.tolist()))
         self.domains = list(domain_order) if domain_order is not None else present
         missing = set(present) - set(self.domains)

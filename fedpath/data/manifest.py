@@ -1,0 +1,255 @@
+"""Datasets listed in a manifest CSV, or laid out one folder per domain and class.
+
+``manifest``: a CSV with columns ``path, label, domain`` and optionally ``slide``
+(paths relative to the CSV's folder unless absolute). Crops of one slide never land
+in both train and test: the split is by slide (by image when there is no slide
+column). The real AMi-Br crops load this way::
+
+    data: {name: manifest, root: ../shared/data/amibr, params: {path: manifest.csv}}
+
+``folder``: ``root/<domain>/<class>/<image>``, every image its own group.
+
+Bad input never passes silently: a missing column or a listed image that is absent
+or unreadable fails naming the file and row; with ``skip_bad: true`` such rows are
+skipped, counted and reported in the log.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedpath.config import ConfigError
+from fedpath.data.base import (
+    DATASETS,
+    DataError,
+    DomainDataset,
+    ImageStore,
+    TensorStore,
+    assign_test_split,
+)
+from fedpath.data.files import IMAGE_SUFFIXES, FileStore, load_image
+
+log = logging.getLogger("fedpath")
+
+REQUIRED = ("path", "label", "domain")
+
+
+@dataclass(frozen=True)
+class FileDatasetParams:
+    """How images on disk become a dataset (shared by ``manifest`` and ``folder``).
+
+    ``image_size``: every image is resized to this (antialiased bilinear) when its
+    size differs. ``in_memory``: decode everything once at start (fine up to a few
+    hundred thousand small crops); otherwise decode per batch. ``classes``: class
+    order (default: sorted labels found). ``domains``: keep only these, in this
+    order (default: all, in order of appearance).
+    """
+
+    path: str = "manifest.csv"
+    image_size: int = 64
+    test_fraction: float = 0.25
+    classes: list[str] | None = None
+    domains: list[str] | None = None
+    in_memory: bool = True
+    skip_bad: bool = False
+    seed: int = 0
+    workers: int = 4
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.image_size <= 1024:
+            raise ConfigError(
+                "config key 'data.params.image_size': expected an integer in "
+                f"[16, 1024], got {self.image_size}"
+            )
+        if not 0 <= self.test_fraction < 1:
+            raise ConfigError(
+                "config key 'data.params.test_fraction': expected a number in [0, 1), "
+                f"got {self.test_fraction}"
+            )
+
+
+@dataclass
+class Records:
+    """Parallel lists describing the images of a file dataset (before decoding)."""
+
+    paths: list[Path]
+    labels: list[str]
+    domains: list[str]
+    slides: list[str]
+    where: list[str]  # "file:row" of each record, for error messages
+
+
+def read_manifest(csv_path: Path) -> Records:
+    """Parse a manifest CSV; errors name the file, the row and the missing field."""
+    if not csv_path.is_file():
+        raise DataError(f"manifest {str(csv_path)!r} does not exist")
+    with csv_path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        columns = reader.fieldnames or []
+        missing = [c for c in REQUIRED if c not in columns]
+        if missing:
+            raise DataError(
+                f"manifest {str(csv_path)!r} lacks columns {missing}; expected at "
+                "least "
+                f"{list(REQUIRED)} (+ optional 'slide'), found {columns}"
+            )
+        rec = Records([], [], [], [], [])
+        for row_no, row in enumerate(reader, start=2):
+            empty = [c for c in REQUIRED if not (row.get(c) or "").strip()]
+            if empty:
+                raise DataError(f"{csv_path}:{row_no}: empty field(s) {empty}")
+            p = Path(row["path"])
+            rec.paths.append(p if p.is_absolute() else csv_path.parent / p)
+            rec.labels.append(row["label"].strip())
+            rec.domains.append(row["domain"].strip())
+            slide = (row.get("slide") or "").strip()
+            rec.slides.append(f"{row['domain']}/{slide}" if slide else row["path"])
+            rec.where.append(f"{csv_path}:{row_no}")
+    if not rec.paths:
+        raise DataError(f"manifest {str(csv_path)!r} lists no images")
+    return rec
+
+
+def scan_folders(root: Path) -> Records:
+    """``root/<domain>/<class>/<image>`` -> records (sorted, deterministic)."""
+    if not root.is_dir():
+        raise DataError(f"data.root {str(root)!r} is not a directory")
+    rec = Records([], [], [], [], [])
+    for domain in sorted(d for d in root.iterdir() if d.is_dir()):
+        for cls in sorted(c for c in domain.iterdir() if c.is_dir()):
+            for img in sorted(cls.iterdir()):
+                if img.suffix.lower() in IMAGE_SUFFIXES:
+                    rec.paths.append(img)
+                    rec.labels.append(cls.name)
+                    rec.domains.append(domain.name)
+                    rec.slides.append(str(img))
+                    rec.where.append(str(img))
+    if not rec.paths:
+        raise DataError(
+            f"no images under {str(root)!r}; expected root/<domain>/<class>/<image> "
+            f"with suffixes {', '.join(IMAGE_SUFFIXES)}"
+        )
+    return rec
+
+
+def build_file_dataset(
+    name: str, rec: Records, p: FileDatasetParams, is_test: np.ndarray | None = None
+) -> DomainDataset:
+    """Validate records, decode or index the images, and split by slide.
+
+    ``is_test``: a fixed test assignment per record (an official split) instead of
+    the per-domain split by slide.
+    """
+    keep = np.arange(len(rec.paths))
+    if p.domains is not None:
+        unknown = sorted(set(p.domains) - set(rec.domains))
+        if unknown:
+            raise ConfigError(
+                f"config key 'data.params.domains': {unknown} not in the data; "
+                f"found {sorted(set(rec.domains))}"
+            )
+        keep = np.array(
+            [i for i in keep if rec.domains[i] in p.domains], dtype=np.int64
+        )
+    classes = list(p.classes) if p.classes is not None else sorted(set(rec.labels))
+    bad_label = [i for i in keep if rec.labels[i] not in classes]
+    if bad_label:
+        i = bad_label[0]
+        raise DataError(
+            f"{rec.where[i]}: label {rec.labels[i]!r} is not one of the classes "
+            f"{classes} (data.params.classes)"
+        )
+    skipped: list[str] = []
+    kept: list[int] = []
+    images: list[np.ndarray] = []
+    decoded = _decode_all([rec.paths[i] for i in keep], p) if p.in_memory else None
+    for j, i in enumerate(keep):
+        try:
+            if decoded is not None:
+                result = decoded[j]
+                if isinstance(result, DataError):
+                    raise result
+                images.append(result)
+            elif not rec.paths[i].is_file():
+                raise DataError(f"image file {str(rec.paths[i])!r} does not exist")
+        except DataError as err:
+            if not p.skip_bad:
+                raise DataError(
+                    f"{rec.where[i]}: {err}; set data.params.skip_bad=true to skip and "
+                    "count such rows"
+                ) from None
+            skipped.append(f"{rec.where[i]}: {err}")
+            continue
+        kept.append(int(i))
+    if skipped:
+        log.warning(
+            "%s: skipped %d unreadable or missing images (skip_bad): %s%s",
+            name,
+            len(skipped),
+            "; ".join(skipped[:3]),
+            " ..." if len(skipped) > 3 else "",
+        )
+    if not kept:
+        raise DataError(f"{name}: no readable images left")
+    idx = np.asarray(kept)
+    domains = np.array([rec.domains[i] for i in idx])
+    slides = np.array([rec.slides[i] for i in idx])
+    labels = np.array([classes.index(rec.labels[i]) for i in idx])
+    store: ImageStore = (
+        TensorStore(torch.from_numpy(np.stack(images)))
+        if p.in_memory
+        else FileStore([rec.paths[i] for i in idx], p.image_size, p.workers)
+    )
+    test = (
+        np.asarray(is_test, dtype=bool)[idx]
+        if is_test is not None
+        else assign_test_split(domains, slides, p.test_fraction, p.seed)
+    )
+    order = p.domains or list(dict.fromkeys(domains.tolist()))
+    ds = DomainDataset(name, store, classes, labels, domains, slides, test, order)
+    ds.skipped = skipped
+    return ds
+
+
+def _decode_all(
+    paths: Sequence[Path], p: FileDatasetParams
+) -> list[np.ndarray | DataError]:
+    """Decode every image in threads; failures are returned, not raised."""
+
+    def one(path: Path) -> np.ndarray | DataError:
+        try:
+            return load_image(path, p.image_size)
+        except DataError as err:
+            return err
+
+    with ThreadPoolExecutor(max(1, p.workers)) as pool:
+        return list(pool.map(one, paths))
+
+
+def _root(root: str | None, what: str) -> Path:
+    if root is None:
+        raise ConfigError(f"data.root: dataset {what!r} needs data.root (a directory)")
+    return Path(root).expanduser()
+
+
+@DATASETS.register("manifest", params=FileDatasetParams)
+def manifest_dataset(params: FileDatasetParams, root: str | None) -> DomainDataset:
+    """Images listed in a CSV (path, label, domain[, slide]); split by slide."""
+    csv_path = Path(params.path)
+    if not csv_path.is_absolute():
+        csv_path = _root(root, "manifest") / csv_path
+    return build_file_dataset("manifest", read_manifest(csv_path), params)
+
+
+@DATASETS.register("folder", params=FileDatasetParams)
+def folder_dataset(params: FileDatasetParams, root: str | None) -> DomainDataset:
+    """Images in root/<domain>/<class>/ folders."""
+    return build_file_dataset("folder", scan_folders(_root(root, "folder")), params)

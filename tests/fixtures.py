@@ -1,0 +1,88 @@
+"""Small on-disk datasets generated inside tests (never shipped, never downloaded)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from fedpath.data.synthetic_render import make_hospital_profiles, render_patches
+
+CLASSES = ("normal", "tumour")
+
+
+def _patches(n: int, hospital: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    labels = np.arange(n) % 2
+    prof = make_hospital_profiles(3, 0)[hospital]
+    return render_patches(labels, prof, size, seed=hospital), labels
+
+
+def _save(img: np.ndarray, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(img.transpose(1, 2, 0)).save(path)
+
+
+def write_manifest_tree(root: Path, per_domain: int = 16, size: int = 40) -> Path:
+    """root/imgs/<domain>/<i>.png + root/manifest.csv (path,label,domain,slide)."""
+    rows = []
+    for d in range(3):
+        imgs, labels = _patches(per_domain, d, size)
+        for i, (img, y) in enumerate(zip(imgs, labels, strict=True)):
+            rel = Path("imgs") / f"site{d}" / f"{i}.png"
+            _save(img, root / rel)
+            rows.append(
+                {
+                    "path": str(rel),
+                    "label": CLASSES[y],
+                    "domain": f"site{d}",
+                    "slide": f"s{i % 4}",
+                }
+            )
+    path = root / "manifest.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["path", "label", "domain", "slide"])
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def write_folder_tree(root: Path, per_domain: int = 12, size: int = 40) -> Path:
+    """root/<domain>/<class>/<i>.png."""
+    for d in range(3):
+        imgs, labels = _patches(per_domain, d, size)
+        for i, (img, y) in enumerate(zip(imgs, labels, strict=True)):
+            _save(img, root / f"site{d}" / CLASSES[y] / f"{i}.png")
+    return root
+
+
+def write_wilds_tree(root: Path, per_center: int = 8, size: int = 48) -> Path:
+    """A fake camelyon17_v1.0 folder: metadata.csv + patches/ (5 centers)."""
+    base = root / "camelyon17_v1.0"
+    rows = []
+    for center in range(5):
+        imgs, labels = _patches(per_center, center % 3, size)
+        for i, (img, y) in enumerate(zip(imgs, labels, strict=True)):
+            patient, node = 10 * center + i % 2, i % 2
+            x, yy = 32 * i, 64 * center
+            folder = f"patient_{patient:03d}_node_{node}"
+            _save(img, base / "patches" / folder / f"patch_{folder}_x_{x}_y_{yy}.png")
+            rows.append(
+                {
+                    "": len(rows),
+                    "patient": patient,
+                    "node": node,
+                    "x_coord": x,
+                    "y_coord": yy,
+                    "tumor": int(y),
+                    "slide": 2 * center + i % 2,
+                    "center": center,
+                    "split": int(i % 4 == 0),
+                }
+            )
+    with (base / "metadata.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return base

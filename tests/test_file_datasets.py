@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedpath.algorithms.base import ALGORITHMS
+from fedpath.config import ConfigError, load_config
+from fedpath.data.base import DataError
+from fedpath.runtime.experiment import load_dataset, run_experiment
+from tests.conftest import AMIBR
+from tests.fixtures import write_folder_tree, write_manifest_tree, write_wilds_tree
+
+
+def manifest_cfg(root: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return load_config(
+        None,
+        [
+            "data.name=manifest",
+            f"data.root={root}",
+            "data.params.image_size=32",
+            *extra,
+        ],
+    )
+
+
+def test_manifest_loads_resizes_and_splits_by_slide(tmp_path: Path) -> None:
+    write_manifest_tree(tmp_path)
+    ds = load_dataset(manifest_cfg(tmp_path).data)
+    assert ds.domains == ["site0", "site1", "site2"]
+    assert ds.classes == ["normal", "tumour"]
+    assert ds.image_size == 32  # 40 px files resized like training does
+    x = ds.split("site1", "all").load(np.arange(3))
+    assert tuple(x.shape) == (3, 3, 32, 32)
+    for d in ds.domains:
+        tr, te = ds.split(d, "train"), ds.split(d, "test")
+        assert len(te) and len(tr) and not set(tr.slides) & set(te.slides)
+    lazy = load_dataset(manifest_cfg(tmp_path, "data.params.in_memory=false").data)
+    assert np.array_equal(
+        lazy.split("site1", "all").load(np.arange(3)).numpy(), x.numpy()
+    )
+
+
+def test_manifest_bad_input_names_file_and_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_manifest_tree(tmp_path)
+    rows = list(csv.DictReader(path.open()))
+    (tmp_path / rows[4]["path"]).unlink()  # row 6 of the file (header = row 1)
+    with pytest.raises(
+        DataError, match=r"manifest.csv:6: image file .* does not exist"
+    ):
+        load_dataset(manifest_cfg(tmp_path).data)
+    with caplog.at_level(logging.WARNING, logger="fedpath"):
+        ds = load_dataset(manifest_cfg(tmp_path, "data.params.skip_bad=true").data)
+    assert len(ds.skipped) == 1 and "manifest.csv:6" in ds.skipped[0]
+    assert "skipped 1 unreadable or missing images" in caplog.text
+    write_manifest_tree(tmp_path)  # restore, then corrupt the next row
+    (tmp_path / rows[5]["path"]).write_bytes(b"not a png")
+    with pytest.raises(DataError, match=r"manifest.csv:7: cannot read image"):
+        load_dataset(manifest_cfg(tmp_path, "data.params.in_memory=true").data)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("path,label\nx.png,normal\n")
+    with pytest.raises(DataError, match=r"lacks columns \['domain'\]"):
+        load_dataset(manifest_cfg(tmp_path, "data.params.path=bad.csv").data)
+    with pytest.raises(DataError, match="label 'normal' is not one of the classes"):
+        load_dataset(
+            manifest_cfg(
+                tmp_path, "data.params.classes=[a,b]", "data.params.skip_bad=true"
+            ).data
+        )
+    with pytest.raises(ConfigError, match="data.root: dataset 'manifest' needs"):
+        load_dataset(load_config(None, ["data.name=manifest"]).data)
+
+
+def test_folder_layout(tmp_path: Path) -> None:
+    write_folder_tree(tmp_path)
+    ds = load_dataset(
+        load_config(
+            None,
+            ["data.name=folder", f"data.root={tmp_path}", "data.params.image_size=32"],
+        ).data
+    )
+    assert ds.domains == ["site0", "site1", "site2"]
+    assert ds.counts()[0]["train/normal"] + ds.counts()[0]["test/normal"] == 6
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="no images under"):
+        load_dataset(load_config(None, ["data.name=folder", f"data.root={empty}"]).data)
+
+
+def test_camelyon17_layout_and_official_split(tmp_path: Path) -> None:
+    base = write_wilds_tree(tmp_path)
+    for root in (tmp_path, base):  # the folder or its parent
+        ds = load_dataset(
+            load_config(None, ["data.name=camelyon17", f"data.root={root}"]).data
+        )
+        assert ds.domains == [f"hospital_{i}" for i in range(5)]
+        assert ds.classes == ["normal", "tumor"]
+    x = ds.split("hospital_3", "all").load(np.arange(2))
+    assert tuple(x.shape) == (2, 3, 96, 96)
+    wilds = load_dataset(
+        load_config(
+            None,
+            ["data.name=camelyon17", f"data.root={base}", "data.params.split=wilds"],
+        ).data
+    )
+    assert len(wilds.split("hospital_0", "test")) == 2  # rows with split == 1
+    meta = base / "metadata.csv"
+    text = meta.read_text().replace("tumor", "tumour", 1)
+    meta.write_text(text)
+    with pytest.raises(DataError, match=r"lacks columns \['tumor'\]"):
+        load_dataset(
+            load_config(None, ["data.name=camelyon17", f"data.root={base}"]).data
+        )
+
+
+@pytest.mark.skipif(not AMIBR.is_dir(), reason="../shared/data/amibr is absent")
+def test_real_amibr_loads_through_the_manifest_reader() -> None:
+    ds = load_dataset(
+        load_config(
+            None,
+            [
+                "data.name=manifest",
+                f"data.root={AMIBR}",
+                "data.params.image_size=32",
+                "data.params.classes=[normal,atypical]",
+            ],
+        ).data
+    )
+    assert len(ds.domains) == 4 and "TUPAC16" in ds.domains
+    assert ds.labels.sum() == 105 + 127 + 172 + 428  # atypical crops
+    for d in ds.domains:
+        tr, te = ds.split(d, "train"), ds.split(d, "test")
+        assert not set(tr.slides) & set(te.slides)
+
+
+def file_overrides(kind: str, root: Path) -> list[str]:
+    if kind == "manifest":
+        write_manifest_tree(root)
+        return ["data.name=manifest", f"data.root={root}", "lodo.targets=[site2]"]
+    if kind == "folder":
+        write_folder_tree(root)
+        return ["data.name=folder", f"data.root={root}", "lodo.targets=[site2]"]
+    write_wilds_tree(root)
+    return [
+        "data.name=camelyon17",
+        f"data.root={root}",
+        "lodo.targets=[hospital_4]",
+        "partition.clients_per_domain=1",
+        "data.params.in_memory=true",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["manifest", "folder", "camelyon17"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
+def test_every_algorithm_on_every_file_dataset(
+    tmp_path: Path, kind: str, algorithm: str
+) -> None:
+    over = file_overrides(kind, tmp_path / "data")
+    cfg = load_config(
+        None,
+        [
+            *over,
+            "data.params.image_size=32",
+            f"algorithm.name={algorithm}",
+            "model.params.widths=[8,16]",
+            "train.rounds=1",
+            "train.batch_size=8",
+            "seeds=[0]",
+            f"output_dir={tmp_path / 'runs'}",
+            "partition.min_client_size=2",
+        ],
+    )
+    (record,) = run_experiment(cfg)
+    assert 0 <= record["evaluation"]["target"]["accuracy"] <= 1

@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     setup_threads()
-    demo = Path(str(resources.files("fedpath") / "configs" / "demo.yaml"))
+    demo = Path(str(resources.files("fedpath") / "configs" / "demo_base.yaml"))
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(
             demo,

@@ -17,11 +17,9 @@ from pathlib import Path
 from rich.console import Console
 
 from fedpath import __version__
-from fedpath.config import ConfigError, load_config
-from fedpath.data.base import DataError
+from fedpath.config import ConfigError, ExperimentConfig, load_config
+from fedpath.data.base import DataError, DomainDataset
 from fedpath.registry import UnknownNameError
-
-DEMO_METHODS = ("fedavg", "fedprox", "fedbn")
 
 
 def _packaged_config(name: str) -> Path:
@@ -75,18 +73,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="train every method on the synthetic hospitals, print the table",
-        description="Leave-one-hospital-out on the synthetic stain-shift hospitals for "
-        f"each method ({', '.join(DEMO_METHODS)}) and 2 seeds; prints the table.",
+        help="train the methods on the synthetic hospitals, print the table",
+        description="Leave-one-hospital-out on the synthetic stain-shift hospitals "
+        "for every method of the demo suite (fedpath/configs/demo.yaml) and 2 seeds; "
+        "prints the papers' table. Overrides apply to every method.",
     )
     demo.add_argument("overrides", nargs="*", metavar="key=value")
-    demo.add_argument(
-        "--methods",
-        default=",".join(DEMO_METHODS),
-        help="comma-separated algorithms (default: %(default)s)",
-    )
+    demo.add_argument("--methods", help="comma-separated subset of the demo's methods")
     demo.add_argument("--resume", action="store_true")
     common(demo)
+
+    suite = sub.add_parser(
+        "suite",
+        aliases=["ablate"],
+        help="run every variant of a suite file (ablations), print the table",
+        description="A suite file lists labelled variants of one base config (e.g. "
+        "configs/ablations/fedstain_components.yaml); each variant runs as its own "
+        "experiment and becomes one row of the table.",
+    )
+    suite.add_argument("suite", type=Path, help="suite YAML file")
+    suite.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="overrides applied to every variant (e.g. seeds=[0])",
+    )
+    suite.add_argument("--only", help="comma-separated subset of the variants")
+    suite.add_argument("--resume", action="store_true")
+    suite.add_argument("--metric", default="accuracy")
+    common(suite)
 
     table = sub.add_parser(
         "table",
@@ -138,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_run(args, quiet)
         if args.command == "demo":
             return _cmd_demo(args, quiet)
+        if args.command in ("suite", "ablate"):
+            return _cmd_suite(args, quiet)
         if args.command == "table":
             return _cmd_table(args, quiet)
         if args.command == "list":
@@ -167,31 +184,63 @@ def _cmd_run(args: argparse.Namespace, quiet: bool) -> int:
     return 0
 
 
+def _only(text: str | None) -> list[str] | None:
+    return [m.strip() for m in text.split(",") if m.strip()] if text else None
+
+
 def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.runtime.suite import load_suite
+
+    description, configs = load_suite(
+        _packaged_config("demo"), args.overrides, _only(args.methods)
+    )
+    return _run_suite(
+        description, configs, quiet, args.resume, ("accuracy", "balanced_accuracy")
+    )
+
+
+def _cmd_suite(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.runtime.suite import load_suite
+
+    description, configs = load_suite(args.suite, args.overrides, _only(args.only))
+    return _run_suite(description, configs, quiet, args.resume, (args.metric,))
+
+
+def _run_suite(
+    description: str,
+    configs: Sequence[ExperimentConfig],
+    quiet: bool,
+    resume: bool,
+    metrics: Sequence[str],
+) -> int:
     from fedpath.runtime.experiment import load_dataset, run_experiment
     from fedpath.utils.progress import make_reporter
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    base = load_config(_packaged_config("demo"), args.overrides)
-    configs = [
-        base.replace(**{"algorithm.name": m, "algorithm.params": {}}) for m in methods
-    ]
     console = _console(quiet)
-    dataset = load_dataset(base.data)
+    head = configs[0]
+    first = load_dataset(head.data)
+    datasets: dict[str, DomainDataset] = {repr(head.data): first}
+    targets = first.domains if head.lodo.targets == "all" else head.lodo.targets
     console.print(
-        f"fedpath demo: {len(methods)} methods x {len(dataset.domains)} unseen "
-        "hospitals "
-        f"x {len(base.seeds)} seeds on the synthetic stain-shift hospitals"
+        f"{description}: {len(configs)} methods x {len(targets)} unseen domains x "
+        f"{len(head.seeds)} seeds"
     )
     start = time.perf_counter()
     with make_reporter(quiet) as rep:
         for cfg in configs:
-            run_experiment(cfg, rep, resume=args.resume, dataset=dataset)
-    out = Path(base.output_dir) / base.name
-    console.print(f"finished in {time.perf_counter() - start:.0f} s; runs in {out}")
-    for metric in ("accuracy", "balanced_accuracy"):
-        _print_table([out], metric, "target", "markdown", None, quiet)
-    _print_table([out], "accuracy", "source_mean", "markdown", None, quiet)
+            key = repr(cfg.data)
+            if key not in datasets:
+                datasets[key] = load_dataset(cfg.data)
+            run_experiment(cfg, rep, resume=resume, dataset=datasets[key])
+    outs = sorted({Path(c.output_dir) / c.name for c in configs})
+    console.print(
+        f"finished in {time.perf_counter() - start:.0f} s; runs in "
+        f"{', '.join(map(str, outs))}"
+    )
+    labels = [c.method for c in configs]
+    for metric in metrics:
+        _print_table(outs, metric, "target", "markdown", None, quiet, labels)
+    _print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
     return 0
 
 
@@ -207,6 +256,7 @@ def _print_table(
     fmt: str,
     out: Path | None,
     quiet: bool,
+    methods: Sequence[str] | None = None,
 ) -> None:
     from fedpath.evaluation.metrics import METRIC_NAMES
     from fedpath.evaluation.tables import build_table, to_csv, to_latex, to_markdown
@@ -217,7 +267,13 @@ def _print_table(
         raise ConfigError(
             f"--metric: expected one of {', '.join(METRIC_NAMES)}, got {metric!r}"
         )
-    table = build_table(collect_rows(paths, split), metric=metric)
+    rows = collect_rows(paths, split)
+    if methods is not None:  # keep the suite's methods, in the suite's order
+        rows = sorted(
+            (r for r in rows if r.method in methods),
+            key=lambda r: methods.index(r.method),
+        )
+    table = build_table(rows, metric=metric)
     text = {"markdown": to_markdown, "csv": to_csv, "latex": to_latex}[fmt](table)
     title = {
         "target": "unseen target domain",
@@ -258,7 +314,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
     from fedpath.runtime.experiment import load_dataset
 
-    cfg = load_config(args.config or _packaged_config("demo"), args.overrides)
+    cfg = load_config(args.config or _packaged_config("demo_base"), args.overrides)
     ds = load_dataset(cfg.data)
     rows = ds.counts()
     table = Table(

@@ -199,22 +199,25 @@ class RuntimeConfig:
     """Where and how the in-process runtime runs.
 
     ``threads``: torch intra-op threads (null: leave torch's default).
-    ``num_workers``: DataLoader workers for datasets read from disk.
     ``checkpoint``: write a checkpoint after every round (needed for ``--resume``).
     """
 
     device: str = "cpu"
     threads: int | None = None
-    num_workers: int = 0
     checkpoint: bool = True
     export_model: bool = True
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """One experiment: a dataset, a LODO plan, one algorithm, seeds, training."""
+    """One experiment: a dataset, a LODO plan, one algorithm, seeds, training.
+
+    ``label``: the method's name in results and tables (default: the algorithm's);
+    ablation variants of one algorithm get their own labels.
+    """
 
     name: str = "experiment"
+    label: str | None = None
     output_dir: str = "runs"
     seeds: list[int] = field(default_factory=lambda: [0])
     data: DataConfig = field(default_factory=DataConfig)
@@ -235,6 +238,11 @@ class ExperimentConfig:
             "distinct integers",
             self.seeds,
         )
+
+    @property
+    def method(self) -> str:
+        """The method's label in results and tables."""
+        return self.label or self.algorithm.name
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -99,3 +99,31 @@ def test_data_command(capsys: pytest.CaptureFixture[str]) -> None:
         == 0
     )
     assert "hospital_1" in capsys.readouterr().out
+
+
+def test_suite_runs_labelled_variants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text(
+        "name: abl\nlodo:\n  targets: [hospital_1]\nalgorithm:\n  name: fedstain\n"
+    )
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        "description: tiny ablation\nbase: base.yaml\n"
+        "variants:\n  full: []\n  no_js: [algorithm.params.beta=0]\n"
+        '  fedavg: ["algorithm.name=fedavg", "algorithm.params={}"]\n'
+    )
+    over = tiny_overrides(tmp_path, "train.rounds=1")
+    assert main(["ablate", str(suite), *over, "--only", "full,no_js", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "| full |" in text and "| no_js |" in text and "fedavg" not in text
+    saved = (
+        tmp_path / "abl" / "no_js" / "hospital_1" / "seed0" / "config.yaml"
+    ).read_text()
+    assert "label: no_js" in saved and "beta: 0.0" in saved
+    assert main(["suite", str(suite), "--only", "nope"]) == 2
+    assert "has no variant 'nope'" in capsys.readouterr().err
+    suite.write_text("base: base.yaml\nvariantz: {}\n")
+    assert main(["suite", str(suite)]) == 2
+    assert "unknown key 'variantz'" in capsys.readouterr().err

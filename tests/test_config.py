@@ -134,6 +134,7 @@ def test_saved_yaml_is_plain(tmp_path: Path) -> None:
     assert data["partition"]["alpha"] == 0.5
     assert set(data) == {
         "name",
+        "label",
         "output_dir",
         "seeds",
         "data",

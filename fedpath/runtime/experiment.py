@@ -37,7 +37,7 @@ def load_dataset(cfg: DataConfig) -> DomainDataset:
 
 def run_dir_for(cfg: ExperimentConfig, target: str, seed: int) -> Path:
     safe = target.replace("/", "_")
-    return Path(cfg.output_dir) / cfg.name / cfg.algorithm.name / safe / f"seed{seed}"
+    return Path(cfg.output_dir) / cfg.name / cfg.method / safe / f"seed{seed}"
 
 
 def run_experiment(

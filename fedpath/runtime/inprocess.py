@@ -152,7 +152,7 @@ class InProcessRun:
 
     def labels(self) -> dict[str, Any]:
         return {
-            "method": self.cfg.algorithm.name,
+            "method": self.cfg.method,
             "target": self.fold.target,
             "seed": self.seed,
         }
@@ -189,7 +189,7 @@ class InProcessRun:
         return record
 
     def _label(self) -> str:
-        return f"{self.cfg.algorithm.name} -> {self.fold.target} (seed {self.seed})"
+        return f"{self.cfg.method} -> {self.fold.target} (seed {self.seed})"
 
     def run_round(self, rnd: int) -> dict[str, Any]:
         times = RoundTimes()

@@ -1,0 +1,71 @@
+"""Suites: several labelled variants of one base experiment, run and tabulated together.
+
+A suite file is how ablations (FedStain Table V and the component switches) and the
+demo are written down::
+
+    description: FedStain ablations on the synthetic hospitals
+    base: ../synthetic_fedstain.yaml      # relative to this file
+    overrides: [seeds=[0,1,2]]            # applied to every variant
+    variants:                             # label -> overrides of that variant
+      full: []
+      no_randstain: [algorithm.params.randstain=false]
+
+Each variant is a normal experiment whose results carry the variant's label as the
+method name, so ``fedpath table`` shows one row per variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedpath.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping
+
+SUITE_KEYS = ("description", "base", "overrides", "variants")
+
+
+def _strings(value: object, key: str, path: Path) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            f"suite {str(path)!r}: {key!r} must be a list of key=value strings, "
+            f"got {value!r}"
+        )
+    return list(value)
+
+
+def load_suite(
+    path: Path, overrides: Sequence[str] = (), only: Sequence[str] | None = None
+) -> tuple[str, list[ExperimentConfig]]:
+    """(description, one validated config per variant, in file order)."""
+    raw = read_yaml_mapping(path)
+    unknown = [k for k in raw if k not in SUITE_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"suite {str(path)!r}: unknown key {unknown[0]!r}; valid keys: "
+            f"{', '.join(SUITE_KEYS)}"
+        )
+    if "base" not in raw or not isinstance(raw["base"], str):
+        raise ConfigError(f"suite {str(path)!r}: 'base' (a config path) is required")
+    variants = raw.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        raise ConfigError(
+            f"suite {str(path)!r}: 'variants' must map labels to override lists"
+        )
+    base = (path.parent / raw["base"]).resolve()
+    common = _strings(raw.get("overrides"), "overrides", path)
+    chosen = list(variants) if only is None else list(only)
+    missing = [v for v in chosen if v not in variants]
+    if missing:
+        raise ConfigError(
+            f"suite {str(path)!r} has no variant {missing[0]!r}; variants: "
+            f"{', '.join(map(str, variants))}"
+        )
+    configs = []
+    for label in chosen:
+        extra = _strings(variants[label], f"variants.{label}", path)
+        configs.append(
+            load_config(base, [*common, *extra, *overrides, f"label={label}"])
+        )
+    return str(raw.get("description", path.stem)), configs

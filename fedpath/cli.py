@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fedpath import __version__
+from fedpath.artifact import ArtifactError
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.base import DataError, DomainDataset
 from fedpath.registry import UnknownNameError
@@ -125,6 +126,52 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--out", type=Path, help="also write the table to this file")
     common(table)
 
+    ev = sub.add_parser(
+        "evaluate",
+        help="evaluate an exported model (model.fpm) on any readable dataset",
+        description="DATA is a manifest CSV (path,label,domain[,slide]), a folder of "
+        "<class>/ or <domain>/<class>/ image folders, or NAME[:DOMAIN,...] for a "
+        "registered dataset (configured by --config and key=value overrides). Prints "
+        "accuracy, balanced accuracy, macro-F1, AUROC, MCC and the confusion matrix.",
+    )
+    ev.add_argument("model", type=Path, help="model file written by a run (model.fpm)")
+    ev.add_argument("data", help="manifest .csv, image folder, or NAME[:DOMAIN,...]")
+    ev.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="config overrides for a registered dataset",
+    )
+    ev.add_argument(
+        "--config", type=Path, help="experiment YAML for a registered dataset"
+    )
+    ev.add_argument("--per-domain", action="store_true", help="also report per domain")
+    ev.add_argument("--out", type=Path, help="write the metrics as JSON")
+    ev.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip (and count) unreadable images instead of failing",
+    )
+    common(ev)
+
+    pr = sub.add_parser(
+        "predict",
+        help="predict every image of a folder (or one image) with an exported model",
+        description="Writes one CSV row per image: path, predicted class, one "
+        "probability column per class. Images of another size are resized to the "
+        "model's input size (bilinear, antialiased), as the training data was.",
+    )
+    pr.add_argument("model", type=Path)
+    pr.add_argument("images", type=Path, help="an image file or a folder (recursive)")
+    pr.add_argument("--out", type=Path, required=True, help="predictions CSV")
+    pr.add_argument("--batch-size", type=int, default=64)
+    pr.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip (and count) unreadable images instead of failing",
+    )
+    common(pr)
+
     lst = sub.add_parser("list", help="list registered datasets, backbones, algorithms")
     lst.add_argument(
         "what",
@@ -157,11 +204,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_suite(args, quiet)
         if args.command == "table":
             return _cmd_table(args, quiet)
+        if args.command == "evaluate":
+            return _cmd_evaluate(args, quiet)
+        if args.command == "predict":
+            return _cmd_predict(args, quiet)
         if args.command == "list":
             return _cmd_list(args)
         if args.command == "data":
             return _cmd_data(args)
-    except (ConfigError, DataError, UnknownNameError) as e:
+    except (ConfigError, DataError, UnknownNameError, ArtifactError) as e:
         err.print(f"[bold red]error:[/] {e}", highlight=False)
         return 2
     except KeyboardInterrupt:
@@ -288,6 +339,80 @@ def _print_table(
     console.print(text, highlight=False, markup=False)
     if out is not None:
         atomic_write_text(out, text)
+
+
+def _cmd_evaluate(args: argparse.Namespace, quiet: bool) -> int:
+    import json
+
+    from fedpath.artifact import load_model
+    from fedpath.inference import evaluate, open_data
+    from fedpath.utils.io import atomic_write_text
+
+    model = load_model(args.model)
+    ds, domains = open_data(
+        args.data, model, args.config, args.overrides, args.skip_bad
+    )
+    result = evaluate(model, ds, domains, per_domain=args.per_domain)
+    result["model"] = str(args.model)
+    result["data"] = args.data
+    result["skipped"] = ds.skipped
+    console = Console(soft_wrap=True)
+    _print_metrics(console, "all", result, model.class_names)
+    for d, m in result.get("per_domain", {}).items():
+        _print_metrics(console, d, m, model.class_names)
+    if ds.skipped:
+        console.print(f"skipped {len(ds.skipped)} unreadable images (--skip-bad)")
+    if args.out:
+        atomic_write_text(args.out, json.dumps(result, indent=2))
+    return 0
+
+
+def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{title}: {m['n']} images", show_header=True)
+    for name in ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc"):
+        table.add_column(name)
+    table.add_row(
+        *(
+            f"{m[k]:.4f}"
+            for k in ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc")
+        )
+    )
+    console.print(table)
+    cm = Table(title="confusion matrix (rows: true, columns: predicted)")
+    cm.add_column("")
+    for c in classes:
+        cm.add_column(c)
+    for c, row in zip(classes, m["confusion_matrix"], strict=True):
+        cm.add_row(c, *map(str, row))
+    console.print(cm)
+
+
+def _cmd_predict(args: argparse.Namespace, quiet: bool) -> int:
+    from rich.progress import Progress
+
+    from fedpath.artifact import load_model
+    from fedpath.inference import predict_files
+
+    model = load_model(args.model)
+    with Progress(console=Console(stderr=True, quiet=quiet)) as bar:
+        task = bar.add_task("predict", total=None)
+
+        def step(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        info = predict_files(
+            model, args.images, args.out, args.batch_size, args.skip_bad, step
+        )
+    console = _console(quiet)
+    console.print(f"wrote {info['images']} predictions to {args.out}")
+    if info["skipped"]:
+        Console(stderr=True).print(
+            f"skipped {len(info['skipped'])} unreadable images: "
+            f"{', '.join(info['skipped'][:5])}"
+        )
+    return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fedpath.algorithms.base import ALGORITHMS
+from fedpath.artifact import read_model_file
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.data.base import DATASETS
 from fedpath.data.partition import lodo_plan
@@ -21,7 +22,7 @@ DATASETS_WITHOUT_FILES = [n for n in DATASETS.names() if n == "synthetic"]
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "global_weights.pt", weights_only=True)
+    return read_model_file(run_dir / "model.fpm")[1]
 
 
 def eval_lines(run_dir: Path) -> list[dict]:
@@ -56,7 +57,7 @@ def test_every_algorithm_on_every_dataset(
         "results.jsonl",
         "checkpoint.pt",
         "final.json",
-        "global_weights.pt",
+        "model.fpm",
     ):
         assert (run_dir / name).is_file(), name
     rounds = [

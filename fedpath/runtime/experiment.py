@@ -8,7 +8,7 @@ the files in it)::
         results.jsonl    one flat JSON record per round / evaluation / timing
         checkpoint.pt    server + client state after the last completed round
         final.json       final metrics (written last: its presence means "done")
-        global_weights.pt
+        model.fpm        the final global model (self-describing; evaluate/predict)
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from fedpath.algorithms.base import (
     ServerContext,
     derive_seed,
 )
+from fedpath.artifact import ModelMeta, save_model
 from fedpath.config import ConfigError, ExperimentConfig, resolve_params
 from fedpath.data.base import DomainDataset, Split
 from fedpath.data.partition import ClientData, LodoFold, make_clients
@@ -51,6 +52,7 @@ from fedpath.utils.progress import Reporter
 CHECKPOINT = "checkpoint.pt"
 RESULTS = "results.jsonl"
 FINAL = "final.json"
+MODEL = "model.fpm"
 
 
 class ResumeError(RuntimeError):
@@ -378,12 +380,24 @@ class InProcessRun:
     def _save_final(self, record: Mapping[str, Any]) -> None:
         weights = self.server.global_weights()
         if weights is not None and self.cfg.runtime.export_model:
-            atomic_torch_save(
-                {
-                    k: torch.from_numpy(np.ascontiguousarray(v))
-                    for k, v in weights.items()
-                },
-                self.run_dir / "global_weights.pt",
+            self._load_eval_weights(weights)
+            model = self.eval_model
+            save_model(
+                self.run_dir / MODEL,
+                model,
+                ModelMeta(
+                    backbone=self.cfg.model.backbone,
+                    backbone_params=dict(self.cfg.model.params),
+                    class_names=list(self.dataset.classes),
+                    image_size=self.dataset.image_size,
+                    mean=model.mean.flatten().tolist(),
+                    std=model.std.flatten().tolist(),
+                    config_hash=self.cfg.hash(),
+                    method=self.cfg.method,
+                    trained_on=list(self.fold.sources),
+                    held_out=self.fold.target,
+                    seed=self.seed,
+                ),
             )
         atomic_write_text(
             self.run_dir / FINAL, json.dumps(record, indent=2, default=str)

@@ -1,0 +1,224 @@
+"""Self-describing model artifacts: everything needed to use a model elsewhere.
+
+A hospital that never took part in the federation gets one file and fedpath. The
+file holds the weights and the recipe to rebuild and apply them: backbone name and
+parameters, number and names of the classes, input size, colour normalization
+(inside the model), the fedpath version and the hash of the run's config.
+
+File layout (format 1)::
+
+    b"FEDPATH-MODEL\\n"                 magic
+    8 bytes little-endian               length of the JSON header
+    JSON header                         metadata + sha256 + length of the payload
+    payload                             torch.save(state_dict), loaded weights_only
+
+The header names the payload's length and SHA-256, so a truncated or corrupted file
+fails with an error naming it instead of loading garbage. Writing is atomic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpath import __version__
+from fedpath.config import ModelConfig
+from fedpath.models.backbones import FedModel, build_model
+from fedpath.utils.io import atomic_write_bytes
+
+MAGIC = b"FEDPATH-MODEL\n"
+FORMAT = 1
+SUFFIX = ".fpm"
+
+
+class ArtifactError(ValueError):
+    """An unreadable, corrupted or incompatible model file (the message names it)."""
+
+
+@dataclass
+class ModelMeta:
+    """What a model file says about itself."""
+
+    backbone: str
+    backbone_params: dict[str, Any]
+    class_names: list[str]
+    image_size: int
+    mean: list[float]
+    std: list[float]
+    resize: str = "bilinear, antialiased, to image_size x image_size (aspect not kept)"
+    fedpath_version: str = __version__
+    format: int = FORMAT
+    config_hash: str = ""
+    method: str = ""
+    trained_on: list[str] = field(default_factory=list)
+    held_out: str = ""
+    seed: int | None = None
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def save_model(path: Path, model: FedModel, meta: ModelMeta) -> Path:
+    """Write ``model``'s weights and ``meta`` to ``path`` atomically."""
+    buf = io.BytesIO()
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    header = {
+        **asdict(meta),
+        "payload_bytes": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    head = json.dumps(header, sort_keys=True).encode()
+    atomic_write_bytes(path, MAGIC + struct.pack("<Q", len(head)) + head + payload)
+    return path
+
+
+def read_model_file(path: Path) -> tuple[ModelMeta, dict[str, torch.Tensor]]:
+    """Read and verify a model file; every failure names the file and the problem."""
+    where = str(path)
+    if not path.is_file():
+        raise ArtifactError(f"model file {where!r} does not exist")
+    blob = path.read_bytes()
+    if not blob.startswith(MAGIC):
+        raise ArtifactError(f"{where!r} is not a fedpath model file (bad magic bytes)")
+    start = len(MAGIC) + 8
+    if len(blob) < start:
+        raise ArtifactError(f"model file {where!r} is truncated (no header)")
+    (n_head,) = struct.unpack("<Q", blob[len(MAGIC) : start])
+    try:
+        header = json.loads(blob[start : start + n_head])
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ArtifactError(
+            f"model file {where!r} is truncated or corrupted (unreadable header)"
+        ) from None
+    fmt = header.get("format")
+    if fmt != FORMAT:
+        raise ArtifactError(
+            f"model file {where!r} has format {fmt!r} (written by fedpath "
+            f"{header.get('fedpath_version')}); this fedpath {__version__} reads "
+            f"format {FORMAT}"
+        )
+    payload = blob[start + n_head :]
+    if len(payload) != header.get("payload_bytes"):
+        raise ArtifactError(
+            f"model file {where!r} is truncated: {len(payload)} of "
+            f"{header.get('payload_bytes')} payload bytes"
+        )
+    if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
+        raise ArtifactError(f"model file {where!r} is corrupted (checksum mismatch)")
+    try:
+        weights = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise ArtifactError(
+            f"model file {where!r}: cannot load weights: {err}"
+        ) from None
+    known = {f for f in ModelMeta.__dataclass_fields__}
+    meta = ModelMeta(**{k: v for k, v in header.items() if k in known})
+    return meta, weights
+
+
+class LoadedModel:
+    """A model file ready for inference: ``predict_proba`` on tensors or PIL images.
+
+    >>> model = load_model("runs/demo/fedstain/hospital_3/seed0/model.fpm")
+    >>> probs = model.predict_proba([Image.open("patch.png")])   # (1, C) numpy
+    >>> model.class_names[probs.argmax(1)[0]]
+    """
+
+    def __init__(
+        self,
+        meta: ModelMeta,
+        weights: dict[str, torch.Tensor],
+        path: Path | None = None,
+    ) -> None:
+        self.meta = meta
+        self.path = path
+        cfg = ModelConfig(backbone=meta.backbone, params=meta.backbone_params)
+        try:
+            self.model = build_model(cfg, meta.num_classes)
+            self.model.load_state_dict(weights)
+        except Exception as err:
+            raise ArtifactError(
+                f"model file {str(path)!r} does not fit backbone {meta.backbone!r}: "
+                f"{err}"
+            ) from None
+        self.model.eval()
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.meta.class_names)
+
+    @property
+    def image_size(self) -> int:
+        return self.meta.image_size
+
+    def to_tensor(self, images: Any) -> torch.Tensor:
+        """Images -> float (B, 3, S, S) in [0, 1], resized like training did.
+
+        Accepts a uint8 or float tensor (B, 3, H, W) (float in [0, 1]), or a list of
+        PIL images / HxWx3 uint8 arrays.
+        """
+        from PIL import Image
+
+        if isinstance(images, torch.Tensor):
+            x = images
+            if x.ndim == 3:
+                x = x.unsqueeze(0)
+            if x.ndim != 4 or x.shape[1] != 3:
+                raise ValueError(f"expected images (B, 3, H, W), got {tuple(x.shape)}")
+            x = x.float().div(255.0) if x.dtype == torch.uint8 else x.float()
+            if x.shape[-2:] != (self.image_size, self.image_size):
+                x = torch.nn.functional.interpolate(
+                    x,
+                    size=(self.image_size, self.image_size),
+                    mode="bilinear",
+                    antialias=True,
+                    align_corners=False,
+                )
+            return x
+        arrays = []
+        for im in images:
+            pil = im if isinstance(im, Image.Image) else Image.fromarray(np.asarray(im))
+            pil = pil.convert("RGB")
+            if pil.size != (self.image_size, self.image_size):
+                pil = pil.resize(
+                    (self.image_size, self.image_size),
+                    Image.Resampling.BILINEAR,
+                    reducing_gap=None,
+                )
+            arrays.append(np.asarray(pil, dtype=np.uint8).transpose(2, 0, 1))
+        return torch.from_numpy(np.stack(arrays)).float().div(255.0)
+
+    @torch.no_grad()
+    def predict_proba(self, images: Any, batch_size: int = 256) -> np.ndarray:
+        """(N, C) class probabilities."""
+        x = self.to_tensor(images)
+        out = [
+            torch.softmax(self.model(x[i : i + batch_size]), 1)
+            for i in range(0, len(x), batch_size)
+        ]
+        return torch.cat(out).numpy() if out else np.zeros((0, self.meta.num_classes))
+
+    def predict(self, images: Any) -> list[str]:
+        """Predicted class names."""
+        probs = self.predict_proba(images)
+        return [self.class_names[i] for i in probs.argmax(1)]
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """Load and verify a model file written by a fedpath run (``model.fpm``)."""
+    p = Path(path)
+    meta, weights = read_model_file(p)
+    return LoadedModel(meta, weights, p)

@@ -1,0 +1,208 @@
+"""Use an exported model at a hospital that never took part: evaluate and predict.
+
+``evaluate``: any dataset fedpath can read (a manifest CSV, a folder per class, a
+folder per domain and class, or a registered dataset and domain), metrics overall
+and per domain. ``predict``: one CSV row per image file. Images are resized exactly
+as the training data was (:func:`fedpath.data.files.load_image`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpath.artifact import LoadedModel
+from fedpath.config import load_config
+from fedpath.data.base import DataError, DomainDataset, Split
+from fedpath.data.files import IMAGE_SUFFIXES, load_image
+from fedpath.data.manifest import (
+    FileDatasetParams,
+    Records,
+    build_file_dataset,
+    read_manifest,
+    scan_folders,
+)
+from fedpath.evaluation.metrics import classification_metrics, confusion_matrix
+from fedpath.runtime.experiment import load_dataset
+from fedpath.runtime.local import predict_probs
+from fedpath.utils.io import atomic_write_text
+
+Progress = Callable[[int, int], None]
+
+
+def _images_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def scan_class_folders(root: Path) -> Records:
+    """``root/<class>/<image>``: one domain named after ``root``."""
+    rec = Records([], [], [], [], [])
+    for cls in sorted(c for c in root.iterdir() if c.is_dir()):
+        for img in _images_in(cls):
+            rec.paths.append(img)
+            rec.labels.append(cls.name)
+            rec.domains.append(root.name)
+            rec.slides.append(str(img))
+            rec.where.append(str(img))
+    if not rec.paths:
+        raise DataError(
+            f"no images under {str(root)!r}; expected <class>/<image> folders "
+            f"({', '.join(IMAGE_SUFFIXES)})"
+        )
+    return rec
+
+
+def open_data(
+    spec: str,
+    model: LoadedModel,
+    config: Path | None = None,
+    overrides: Sequence[str] = (),
+    skip_bad: bool = False,
+) -> tuple[DomainDataset, list[str] | None]:
+    """The dataset named by ``spec`` at the model's input size, and its domains.
+
+    ``spec``: a manifest CSV; a folder of ``<class>/`` or ``<domain>/<class>/``
+    folders; or ``NAME:DOMAIN[,DOMAIN...]`` / ``NAME`` for a registered dataset,
+    configured by ``config`` (an experiment YAML) and ``overrides``.
+    """
+    path = Path(spec)
+    params = FileDatasetParams(
+        image_size=model.image_size,
+        test_fraction=0.0,
+        classes=model.class_names,
+        skip_bad=skip_bad,
+    )
+    if path.suffix.lower() == ".csv" and path.is_file():
+        return build_file_dataset("manifest", read_manifest(path), params), None
+    if path.is_dir():
+        subdirs = [d for d in path.iterdir() if d.is_dir()]
+        if not subdirs and _images_in(path):
+            raise DataError(
+                f"{str(path)!r} holds images but no class folders; use `fedpath "
+                "predict` for unlabelled images, or put them in <class>/ folders"
+            )
+        by_class = any(d.name in model.class_names for d in subdirs)
+        rec = scan_class_folders(path) if by_class else scan_folders(path)
+        _check_labels(rec, model, str(path))
+        return build_file_dataset("folder", rec, params), None
+    if path.exists():
+        raise DataError(f"{spec!r}: expected a manifest .csv file or a folder")
+    name, _, domains = spec.partition(":")
+    data_cfg = load_config(config, [f"data.name={name}", *overrides]).data
+    if "image_size" in data_cfg.params:
+        data_cfg = replace(
+            data_cfg, params={**data_cfg.params, "image_size": model.image_size}
+        )
+    ds = load_dataset(data_cfg)
+    unknown = sorted(set(ds.classes) - set(model.class_names))
+    if unknown:
+        raise DataError(
+            f"dataset {name!r} has classes {unknown} that the model does not know "
+            f"(model classes: {model.class_names})"
+        )
+    chosen = [d for d in domains.split(",") if d] or None
+    for d in chosen or []:
+        ds.check_domain(d)
+    return ds, chosen
+
+
+def _check_labels(rec: Records, model: LoadedModel, where: str) -> None:
+    unknown = sorted(set(rec.labels) - set(model.class_names))
+    if unknown:
+        raise DataError(
+            f"{where}: class folders {unknown} are not classes of the model "
+            f"{model.class_names}"
+        )
+
+
+def evaluate(
+    model: LoadedModel,
+    ds: DomainDataset,
+    domains: Sequence[str] | None = None,
+    per_domain: bool = False,
+    batch_size: int = 256,
+) -> dict[str, Any]:
+    """Metrics (accuracy, balanced accuracy, macro-F1, AUROC, MCC, confusion matrix)."""
+    chosen = list(domains) if domains else list(ds.domains)
+    split = Split.concat([ds.split(d, "all") for d in chosen])
+    # map the dataset's class indices onto the model's
+    remap = np.array([model.class_names.index(c) for c in ds.classes])
+    labels = remap[split.labels]
+    probs = predict_probs(model.model, split, batch_size, torch.device("cpu")).numpy()
+    out: dict[str, Any] = {"n": len(split), **_metrics(labels, probs, model)}
+    if per_domain:
+        out["per_domain"] = {
+            d: {"n": int(m.sum()), **_metrics(labels[m], probs[m], model)}
+            for d in chosen
+            for m in [split.domains == d]
+        }
+    return out
+
+
+def _metrics(
+    labels: np.ndarray, probs: np.ndarray, model: LoadedModel
+) -> dict[str, Any]:
+    m: dict[str, Any] = dict(classification_metrics(labels, probs))
+    m["confusion_matrix"] = confusion_matrix(
+        labels, probs.argmax(1), model.meta.num_classes
+    ).tolist()
+    return m
+
+
+def predict_files(
+    model: LoadedModel,
+    target: Path,
+    out: Path,
+    batch_size: int = 64,
+    skip_bad: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write ``out`` (CSV: path, predicted, prob_<class>...) for every image."""
+    files = (
+        [target]
+        if target.is_file()
+        else (_images_in(target) if target.is_dir() else [])
+    )
+    if not target.exists():
+        raise DataError(f"{str(target)!r} does not exist")
+    if not files:
+        raise DataError(
+            f"no images ({', '.join(IMAGE_SUFFIXES)}) under {str(target)!r}"
+        )
+    rows: list[list[str]] = []
+    skipped: list[str] = []
+    for start in range(0, len(files), batch_size):
+        batch, names = [], []
+        for f in files[start : start + batch_size]:
+            try:
+                batch.append(load_image(f, model.image_size))
+                names.append(str(f))
+            except DataError as err:
+                if not skip_bad:
+                    raise DataError(
+                        f"{err} (use --skip-bad to skip and count)"
+                    ) from None
+                skipped.append(str(f))
+        if batch:
+            probs = model.predict_proba(torch.from_numpy(np.stack(batch)))
+            for name, p in zip(names, probs, strict=True):
+                rows.append(
+                    [name, model.class_names[int(p.argmax())], *(f"{v:.6f}" for v in p)]
+                )
+        if progress is not None:
+            progress(min(start + batch_size, len(files)), len(files))
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["path", "predicted", *(f"prob_{c}" for c in model.class_names)])
+    writer.writerows(rows)
+    if not rows:
+        raise DataError(f"every image under {str(target)!r} was unreadable")
+    atomic_write_text(out, buf.getvalue())
+    return {"images": len(rows), "skipped": skipped}

@@ -1,0 +1,197 @@
+"""Export, evaluate and predict at a hospital that never took part (issue 6)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fedpath.artifact import MAGIC, ArtifactError, load_model, read_model_file
+from fedpath.cli import main
+from fedpath.config import load_config
+from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
+from tests.conftest import tiny_overrides
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[str]]:
+    tmp = tmp_path_factory.mktemp("trained")
+    over = tiny_overrides(tmp, "train.rounds=1", "lodo.targets=[hospital_2]")
+    cfg = load_config(None, over)
+    run_experiment(cfg)
+    run_dir = run_dir_for(cfg, "hospital_2", 0)
+    final = json.loads((run_dir / "final.json").read_text())["evaluation"]["target"]
+    return run_dir / "model.fpm", final, over
+
+
+def write_class_folders(root: Path, over: list[str]) -> Path:
+    """The held-out hospital's images as root/<class>/<i>.png (lossless)."""
+    ds = load_dataset(load_config(None, over).data)
+    split = ds.split("hospital_2", "all")
+    imgs = split.load(np.arange(len(split))).numpy()
+    for i, (img, y) in enumerate(zip(imgs, split.labels, strict=True)):
+        p = root / ds.classes[y] / f"{i:03d}.png"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img.transpose(1, 2, 0)).save(p)
+    return root
+
+
+def test_artifact_is_self_describing(trained: tuple[Path, dict, list[str]]) -> None:
+    path, _, _ = trained
+    meta, weights = read_model_file(path)
+    assert meta.backbone == "small_cnn" and meta.backbone_params["widths"] == [8, 16]
+    assert meta.class_names == ["normal", "tumour"] and meta.image_size == 32
+    assert meta.held_out == "hospital_2"
+    assert meta.trained_on == ["hospital_0", "hospital_1"]
+    assert len(meta.config_hash) == 16 and meta.fedpath_version
+    assert meta.mean == pytest.approx([0.485, 0.456, 0.406])
+    assert "encoder.stages.0.0.weight" in weights
+
+
+def test_evaluate_registered_domain_equals_the_run(
+    trained: tuple[Path, dict, list[str]], tmp_path: Path
+) -> None:
+    path, final, over = trained
+    data_over = [o for o in over if o.startswith("data.")]
+    out = tmp_path / "m.json"
+    assert (
+        main(
+            [
+                "evaluate",
+                str(path),
+                "synthetic:hospital_2",
+                *data_over,
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
+    got = json.loads(out.read_text())
+    for k in ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc"):
+        assert got[k] == pytest.approx(final[k], abs=1e-12), k
+    assert got["n"] == final["n"] == 48
+    assert np.array(got["confusion_matrix"]).sum() == 48
+
+
+def test_evaluate_folder_layout_equals_the_run(
+    trained: tuple[Path, dict, list[str]], tmp_path: Path
+) -> None:
+    path, final, over = trained
+    root = write_class_folders(tmp_path / "site", over)
+    out = tmp_path / "m.json"
+    assert (
+        main(["evaluate", str(path), str(root), "--per-domain", "--out", str(out)]) == 0
+    )
+    got = json.loads(out.read_text())
+    for k in ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc"):
+        assert got[k] == pytest.approx(final[k], abs=1e-12), k
+    assert set(got["per_domain"]) == {"site"}
+
+
+def test_predict_folder_writes_one_row_per_image(
+    trained: tuple[Path, dict, list[str]], tmp_path: Path
+) -> None:
+    path, _, over = trained
+    root = write_class_folders(tmp_path / "imgs", over)
+    # one image of another size: resized like training
+    Image.open(next(root.rglob("*.png"))).resize((50, 50)).save(root / "big.png")
+    out = tmp_path / "pred.csv"
+    assert main(["predict", str(path), str(root), "--out", str(out), "-q"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 49
+    assert list(rows[0]) == ["path", "predicted", "prob_normal", "prob_tumour"]
+    model = load_model(path)
+    first = Image.open(rows[0]["path"])
+    probs = model.predict_proba([first])[0]
+    assert float(rows[0]["prob_tumour"]) == pytest.approx(probs[1], abs=1e-6)
+    for r in rows:
+        p = [float(r["prob_normal"]), float(r["prob_tumour"])]
+        assert sum(p) == pytest.approx(1, abs=1e-5)
+        assert r["predicted"] == ["normal", "tumour"][int(np.argmax(p))]
+
+
+def test_python_api_pil_and_tensor_agree(trained: tuple[Path, dict, list[str]]) -> None:
+    import torch
+
+    model = load_model(trained[0])
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 255, (3, 32, 32, 3), dtype=np.uint8)
+    pil = [Image.fromarray(a) for a in arr]
+    p1 = model.predict_proba(pil)
+    p2 = model.predict_proba(torch.from_numpy(arr.transpose(0, 3, 1, 2).copy()))
+    np.testing.assert_allclose(p1, p2, atol=1e-6)
+    assert model.predict(pil) == [model.class_names[i] for i in p1.argmax(1)]
+
+
+def test_corrupt_truncated_and_incompatible_files(
+    trained: tuple[Path, dict, list[str]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    blob = trained[0].read_bytes()
+    bad = tmp_path / "flipped.fpm"
+    bad.write_bytes(blob[:-10] + bytes([blob[-10] ^ 0xFF]) + blob[-9:])
+    with pytest.raises(ArtifactError, match=r"flipped.fpm' is corrupted \(checksum"):
+        load_model(bad)
+    cut = tmp_path / "cut.fpm"
+    cut.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(ArtifactError, match=r"cut.fpm' is truncated"):
+        load_model(cut)
+    junk = tmp_path / "junk.fpm"
+    junk.write_bytes(b"PK\x03\x04 not a model")
+    with pytest.raises(ArtifactError, match="not a fedpath model file"):
+        load_model(junk)
+    n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
+    head = json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
+    head["format"] = 99
+    new_head = json.dumps(head).encode()
+    old = tmp_path / "future.fpm"
+    old.write_bytes(
+        MAGIC + struct.pack("<Q", len(new_head)) + new_head + blob[len(MAGIC) + 8 + n :]
+    )
+    with pytest.raises(ArtifactError, match="has format 99"):
+        load_model(old)
+    assert main(["evaluate", str(cut), "synthetic:hospital_0"]) == 2
+    assert "is truncated" in capsys.readouterr().err
+
+
+def test_bad_data_inputs(
+    trained: tuple[Path, dict, list[str]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, _, over = trained
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(path), str(empty), "--out", str(out)]) == 2
+    assert "no images" in capsys.readouterr().err and not out.exists()
+    root = write_class_folders(tmp_path / "imgs", over)
+    broken = sorted((root / "normal").glob("*.png"))[0]
+    broken.write_bytes(b"garbage")
+    assert main(["predict", str(path), str(root), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert broken.name in err and "--skip-bad" in err and not out.exists()
+    assert (
+        main(["predict", str(path), str(root), "--out", str(out), "--skip-bad", "-q"])
+        == 0
+    )
+    assert len(list(csv.DictReader(out.open()))) == 47
+    assert "skipped 1 unreadable" in capsys.readouterr().err
+    assert main(["evaluate", str(path), str(root)]) == 2
+    assert broken.name in capsys.readouterr().err
+    assert main(["evaluate", str(path), str(root), "--skip-bad", "-q"]) == 0
+    assert "skipped 1 unreadable images" in capsys.readouterr().out
+    (root / "mitosis").mkdir()
+    Image.new("RGB", (32, 32)).save(root / "mitosis" / "a.png")
+    assert main(["evaluate", str(path), str(root), "--skip-bad"]) == 2
+    assert "class folders ['mitosis'] are not classes of the model" in (
+        capsys.readouterr().err
+    )

@@ -70,7 +70,7 @@ class HospitalProfile:
         Per-channel slope of the logistic S-curve (0 = linear). A steep S-curve
         pushes mid-tones apart and flattens the histogram (negative kurtosis).
     midpoint : tuple of float
-        Per-channel pivot of the S-curve, in transmittance units (0..1).
+        Per-channel pivot of the S-curve, in units of ``T ** gamma`` (0..1).
     black_point, white_point : float
         Output level (0..1) that zero and full transmittance map to.
     blur_sigma : float
@@ -186,57 +186,55 @@ def _rotated(vector: np.ndarray, toward: np.ndarray, angle_deg: float) -> np.nda
     return np.clip(out, 1e-3, None) / np.linalg.norm(np.clip(out, 1e-3, None))
 
 
-# Rotation targets (OD directions). Absorbing more red makes haematoxylin look
-# bluer; absorbing more blue makes eosin look more orange-red (negative angles:
-# more purple / more magenta).
-_BLUE = np.array([0.95, 0.3, 0.05])
-_RED = np.array([0.05, 0.75, 0.65])
+# Hue-rotation targets (OD directions). Absorbing more red makes haematoxylin look
+# bluer; absorbing more blue makes eosin look more orange-red. Negative angles go
+# the other way: redder-purple haematoxylin, more magenta eosin.
+_H_BLUER = np.array([0.95, 0.3, 0.05])
+_E_ORANGER = np.array([0.05, 0.75, 0.65])
 
 
 def _profile(name: str, h_rot: float, e_rot: float, **kwargs: Any) -> HospitalProfile:
     matrix = np.stack(
-        [_rotated(RUIFROK_H, _BLUE, h_rot), _rotated(RUIFROK_E, _RED, e_rot)]
+        [_rotated(RUIFROK_H, _H_BLUER, h_rot), _rotated(RUIFROK_E, _E_ORANGER, e_rot)]
     )
     return HospitalProfile(name=name, stain_matrix=matrix, **kwargs)
 
 
 def _archetypes() -> list[HospitalProfile]:
-    """Designed hospitals spanning the histogram shapes reported for Camelyon17."""
+    """Designed hospitals spanning the histogram shapes seen across Camelyon17."""
     # fmt: off
     return [
-        # Camelyon H1-like: dark, haematoxylin-heavy stain with reddish-purple
-        # nuclei; gamma > 1 scanner piles pixels up at the dark end with a long
-        # bright tail (right-skewed).
+        # Dark, haematoxylin-heavy stain with reddish-purple nuclei; a gamma > 1
+        # scanner piles pixels up at the dark end, long bright tail: right-skewed.
         _profile(
-            "hospital_0", h_rot=-15.0, e_rot=10.0, h_scale=1.7, e_scale=1.4,
-            background_od=(0.03, 0.04, 0.03), gamma=(1.5, 1.6, 1.4),
+            "hospital_0", h_rot=-15.0, e_rot=10.0, h_scale=1.15, e_scale=1.15,
+            background_od=(0.03, 0.04, 0.03), gamma=(1.3, 1.4, 1.25),
             contrast=(1.0, 1.0, 1.0), midpoint=(0.5, 0.5, 0.5),
             black_point=0.0, white_point=0.96, blur_sigma=0.55, noise_std=0.012,
         ),
-        # Camelyon H2-like: steep S-curve pivoting on the stroma tones spreads them
-        # over the whole range (flat, platykurtic histogram); blue nuclei, orange
-        # eosin, slightly soft focus.
+        # Blue nuclei, orange eosin, soft focus; a contrasty S-curve that crushes
+        # the darks: left-skewed with a heavy dark shoulder.
         _profile(
-            "hospital_1", h_rot=16.0, e_rot=20.0, h_scale=0.85, e_scale=0.8,
+            "hospital_1", h_rot=22.0, e_rot=20.0, h_scale=0.85, e_scale=0.8,
             background_od=(0.015, 0.02, 0.02), gamma=(1.0, 1.0, 1.0),
-            contrast=(12.0, 12.0, 12.0), midpoint=(0.7, 0.67, 0.7),
-            black_point=0.02, white_point=1.0, blur_sigma=1.0, noise_std=0.01,
+            contrast=(9.0, 9.0, 9.0), midpoint=(0.62, 0.55, 0.6),
+            black_point=0.02, white_point=1.0, blur_sigma=1.1, noise_std=0.01,
         ),
-        # Camelyon H3-like: close to the reference stain, near-linear scanner.
+        # Reference Ruifrok-Johnston stain; a steep S-curve pivoting on the stroma
+        # tones spreads them over the whole range: flat, platykurtic histogram.
         _profile(
             "hospital_2", h_rot=0.0, e_rot=0.0, h_scale=1.0, e_scale=1.0,
             background_od=(0.02, 0.025, 0.02), gamma=(1.0, 1.0, 1.0),
-            contrast=(2.0, 2.0, 2.0), midpoint=(0.5, 0.5, 0.5),
+            contrast=(10.0, 10.0, 10.0), midpoint=(0.55, 0.55, 0.55),
             black_point=0.01, white_point=0.99, blur_sigma=0.5, noise_std=0.01,
         ),
-        # Camelyon H4-like: pale stain, bright washed-out scanner (gamma < 1, raised
-        # black point): values crowd near white with a long dark tail (left-skewed,
-        # peaked); bluish nuclei.
+        # Bright, washed-out scanner (gamma < 1, raised black point): values crowd
+        # near white with a long dark tail, left-skewed and peaked; bluish nuclei.
         _profile(
-            "hospital_3", h_rot=12.0, e_rot=8.0, h_scale=0.85, e_scale=1.1,
-            background_od=(0.01, 0.015, 0.01), gamma=(0.65, 0.6, 0.75),
+            "hospital_3", h_rot=12.0, e_rot=8.0, h_scale=1.05, e_scale=1.1,
+            background_od=(0.01, 0.015, 0.01), gamma=(0.75, 0.7, 0.82),
             contrast=(0.5, 0.5, 0.5), midpoint=(0.5, 0.5, 0.5),
-            black_point=0.06, white_point=1.0, blur_sigma=0.9, noise_std=0.008,
+            black_point=0.04, white_point=1.0, blur_sigma=0.9, noise_std=0.008,
         ),
     ]
     # fmt: on
@@ -245,22 +243,25 @@ def _archetypes() -> list[HospitalProfile]:
 def _random_profile(index: int, seed: int) -> HospitalProfile:
     """A hospital drawn from the ranges the archetypes span (seeded by its index)."""
     rng = np.random.default_rng([seed, 0x5EED, index])
-    gamma = rng.uniform(0.55, 1.6) * rng.uniform(0.9, 1.1, size=3)
-    contrast = np.full(3, rng.choice([rng.uniform(0, 2), rng.uniform(4, 10)]))
+    gamma = rng.uniform(0.7, 1.4) * rng.uniform(0.93, 1.07, size=3)
+    # Either a gentle (near-linear) or a steep S-curve scanner, as in the archetypes.
+    contrast = rng.uniform(0.0, 2.0) if rng.random() < 0.5 else rng.uniform(8, 12)
     return _profile(
         f"hospital_{index}",
-        h_rot=float(rng.uniform(-8, 12)),
-        e_rot=float(rng.uniform(-8, 10)),
-        h_scale=float(rng.uniform(0.8, 1.3)),
-        e_scale=float(rng.uniform(0.75, 1.25)),
+        h_rot=float(rng.uniform(-15, 22)),
+        e_rot=float(rng.uniform(-10, 20)),
+        h_scale=float(rng.uniform(0.85, 1.15)),
+        e_scale=float(rng.uniform(0.8, 1.15)),
         background_od=tuple(rng.uniform(0.01, 0.04, size=3)),
         gamma=tuple(gamma),
-        contrast=tuple(contrast),
-        midpoint=tuple(rng.uniform(0.45, 0.65, size=3)),
+        contrast=(contrast,) * 3,
+        # Pivot near the stroma tone (T ~ 0.6 before gamma), like the archetypes,
+        # so a steep curve spreads the tissue instead of bleaching or crushing it.
+        midpoint=tuple(0.6**gamma * rng.uniform(0.9, 1.05, size=3)),
         black_point=float(rng.uniform(0.0, 0.05)),
         white_point=float(rng.uniform(0.95, 1.0)),
-        blur_sigma=float(rng.uniform(0.4, 0.8)),
-        noise_std=float(rng.uniform(0.005, 0.015)),
+        blur_sigma=float(rng.uniform(0.45, 1.1)),
+        noise_std=float(rng.uniform(0.006, 0.014)),
     )
 
 
@@ -268,10 +269,18 @@ def make_hospital_profiles(num_hospitals: int, seed: int = 0) -> list[HospitalPr
     """Build ``num_hospitals`` hospital profiles.
 
     The first (up to four) are fixed, designed archetypes that span the histogram
-    shapes seen across Camelyon17 centres: right-skewed (``hospital_0``),
-    platykurtic (``hospital_1``), near-reference (``hospital_2``) and left-skewed,
-    peaked (``hospital_3``). They do not depend on ``seed``, so a benchmark's
-    domains stay the same across experiment seeds. Further hospitals are random
+    shapes seen across Camelyon17 centres (green-channel intensity, 64 patches):
+
+    * ``hospital_0``: dark, purple, gamma > 1 scanner; right-skewed (~ +0.4).
+    * ``hospital_1``: blue H / orange E, soft focus, S-curve crushing the darks;
+      strongly left-skewed (~ -1.2) with a heavy dark shoulder.
+    * ``hospital_2``: reference stain, S-curve pivoting on the stroma tones;
+      platykurtic (excess kurtosis ~ -0.8).
+    * ``hospital_3``: bright, washed-out gamma < 1 scanner; left-skewed (~ -0.75)
+      and peaked (excess kurtosis ~ +1.1).
+
+    They do not depend on ``seed``, so a benchmark's domains stay the same across
+    experiment seeds. Further hospitals are random
     draws from the same parameter ranges, seeded by ``(seed, index)``, so that
     ``make_hospital_profiles(n + k, s)[:n] == make_hospital_profiles(n, s)``.
 

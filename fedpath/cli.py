@@ -180,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["all", "datasets", "backbones", "algorithms"],
     )
 
+    from fedpath.wsi import cli as wsi_cli
+
+    wsi_cli.register(sub)
+
     data = sub.add_parser("data", help="describe a dataset (domains, classes, counts)")
     data.add_argument(
         "--config", type=Path, help="experiment YAML (default: the demo's)"
@@ -204,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_suite(args, quiet)
         if args.command == "table":
             return _cmd_table(args, quiet)
+        if hasattr(args, "wsi_handler"):
+            from fedpath.wsi import cli as wsi_cli
+
+            return wsi_cli.run(args)
         if args.command == "evaluate":
             return _cmd_evaluate(args, quiet)
         if args.command == "predict":

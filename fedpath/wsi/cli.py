@@ -1,0 +1,303 @@
+"""``fedpath tile | features | mvmidog``: the slide preprocessing stages.
+
+:func:`register` adds the three subcommands to the main parser's subparsers and
+:func:`run` dispatches a parsed namespace to them. Bad input raises
+:class:`~fedpath.data.base.DataError` or :class:`~fedpath.config.ConfigError`,
+which ``fedpath``'s ``main`` turns into an ``error:`` line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from fedpath.config import ConfigError
+from fedpath.data.base import DataError
+
+Handler = Callable[[argparse.Namespace, bool], int]
+
+
+def _common(p: argparse.ArgumentParser, handler: Handler) -> None:
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress bar or summary (also FEDPATH_QUIET=1); skipped inputs "
+        "and errors still print",
+    )
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip unreadable slides and bad annotations, count and report them "
+        "(default: stop at the first, naming it)",
+    )
+    p.set_defaults(wsi_handler=handler)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``tile``, ``features`` and ``mvmidog`` subcommands to ``sub``."""
+    tile = sub.add_parser(
+        "tile",
+        help="tissue patches of whole slides -> CLAM coords h5",
+        description="Segment tissue (Otsu on HSV saturation, as CLAM) and write "
+        "OUT/patches/<slide_id>.h5 with the level-0 corners of every grid patch "
+        "with enough tissue (plus OUT/masks/<slide_id>.png). Finished slides are "
+        "skipped when run again.",
+    )
+    tile.add_argument("slides", nargs="+", type=Path, help="slide files or folders")
+    tile.add_argument("--out", "-o", type=Path, required=True, help="output folder")
+    tile.add_argument("--patch-size", type=int, default=256, help="default 256")
+    where = tile.add_mutually_exclusive_group()
+    where.add_argument(
+        "--magnification",
+        type=float,
+        help="patch magnification, e.g. 20 (needs mpp or objective power in the "
+        "file); default: --level 0",
+    )
+    where.add_argument("--level", type=int, help="pyramid level to tile (default 0)")
+    tile.add_argument(
+        "--step", type=int, help="grid step in patch pixels (default: patch size)"
+    )
+    tile.add_argument(
+        "--tissue-threshold",
+        type=float,
+        default=0.5,
+        help="minimum tissue fraction of a kept patch (default 0.5)",
+    )
+    tile.add_argument(
+        "--mask-size",
+        type=int,
+        default=2048,
+        help="longer side of the segmentation thumbnail (default 2048)",
+    )
+    tile.add_argument(
+        "--min-tissue-area",
+        type=float,
+        default=4.0,
+        help="smallest tissue piece, in 512x512 level-0 patches (CLAM's a_t; "
+        "default 4)",
+    )
+    tile.add_argument("--no-masks", action="store_true", help="do not save masks")
+    _common(tile, _cmd_tile)
+
+    feat = sub.add_parser(
+        "features",
+        help="encode tiled patches -> CLAM features h5 (+ pt)",
+        description="Read every patch of COORDS/patches/<slide_id>.h5 from the "
+        "slide, encode it with a backbone (eval mode) and write "
+        "OUT/h5_files/<slide_id>.h5 (features, coords) and with --save-pt "
+        "OUT/pt_files/<slide_id>.pt. Finished slides are skipped when run again.",
+    )
+    feat.add_argument("slides", nargs="+", type=Path, help="slide files or folders")
+    feat.add_argument(
+        "--coords", type=Path, required=True, help="output folder of `fedpath tile`"
+    )
+    feat.add_argument("--out", "-o", type=Path, required=True, help="output folder")
+    feat.add_argument(
+        "--backbone",
+        default="small_cnn",
+        help="registered backbone (see `fedpath list backbones`)",
+    )
+    feat.add_argument("--weights", type=Path, help="local weights file (optional)")
+    feat.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="key=value",
+        help="backbone parameter (values parsed as YAML); repeatable",
+    )
+    feat.add_argument(
+        "--input-size", type=int, help="resize patches to this before encoding"
+    )
+    feat.add_argument("--batch-size", type=int, default=32, help="default 32")
+    feat.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    feat.add_argument(
+        "--save-pt", action="store_true", help="also write pt_files/<id>.pt"
+    )
+    _common(feat, _cmd_features)
+
+    mid = sub.add_parser(
+        "mvmidog",
+        help="MIDOG slides + annotation JSON -> MvMidog patches and manifest",
+        description="Build the FedStain paper's MvMidog: 128x128 PNG patches of "
+        "mitotic figures (off-centre) and negatives per scanner, quality-filtered, "
+        "with OUT/manifest.csv for `data.name: manifest`. Resumable.",
+    )
+    mid.add_argument("annotations", type=Path, help="MIDOG COCO-style JSON")
+    mid.add_argument("slide_dir", type=Path, help="folder of the slide files")
+    mid.add_argument("--out", "-o", type=Path, required=True, help="output folder")
+    mid.add_argument("--seed", type=int, default=0)
+    mid.add_argument("--patch-size", type=int, default=128)
+    mid.add_argument(
+        "--max-offset", type=int, default=32, help="largest figure offset (px)"
+    )
+    mid.add_argument("--border-attempts", type=int, default=3)
+    mid.add_argument(
+        "--negatives-per-slide",
+        type=int,
+        help="random negatives per slide (default: its number of mitotic figures)",
+    )
+    mid.add_argument(
+        "--margin", type=int, default=64, help="negatives keep this far from figures"
+    )
+    mid.add_argument("--bbox-format", choices=["xyxy", "xywh"], default="xyxy")
+    mid.add_argument(
+        "--no-imposters",
+        action="store_true",
+        help="do not crop imposters (hard negatives) as negatives",
+    )
+    mid.add_argument(
+        "--include-unlabelled",
+        action="store_true",
+        help="also take negatives from images without any annotation",
+    )
+    mid.add_argument("--scanner-field", default="scanner")
+    mid.add_argument(
+        "--scanner-map",
+        type=Path,
+        help="JSON {file_name: scanner} or CSV file_name,scanner (default: MIDOG "
+        "2021 id ranges)",
+    )
+    mid.add_argument("--tissue-threshold", type=float, default=0.5)
+    mid.add_argument("--mask-size", type=int, default=1024)
+    mid.add_argument("--min-nonwhite", type=float, default=0.25)
+    mid.add_argument("--white-level", type=int, default=220)
+    mid.add_argument("--min-edge", type=float, default=2.0)
+    mid.add_argument("--min-saturation-std", type=float, default=4.0)
+    _common(mid, _cmd_mvmidog)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand ``args`` was parsed for; 0 on success."""
+    handler: Handler | None = getattr(args, "wsi_handler", None)
+    if handler is None:
+        raise ConfigError("not a slide subcommand (tile, features, mvmidog)")
+    quiet = bool(args.quiet) or os.environ.get("FEDPATH_QUIET") == "1"
+    return handler(args, quiet)
+
+
+def _report(text: str, bad: list[str], quiet: bool) -> None:
+    Console(quiet=quiet, soft_wrap=True).print(text, highlight=False)
+    if quiet and bad:  # skipped inputs are never silent
+        Console(stderr=True, soft_wrap=True).print(
+            f"skipped {len(bad)} bad inputs:\n  " + "\n  ".join(bad), highlight=False
+        )
+
+
+def _cmd_tile(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.wsi.slide import find_slides
+    from fedpath.wsi.tiling import tile_slides
+
+    rep = tile_slides(
+        find_slides(args.slides),
+        args.out,
+        skip_bad=args.skip_bad,
+        quiet=quiet,
+        save_masks=not args.no_masks,
+        patch_size=args.patch_size,
+        magnification=args.magnification,
+        level=args.level,
+        step=args.step,
+        tissue_threshold=args.tissue_threshold,
+        mask_size=args.mask_size,
+        min_tissue_area=args.min_tissue_area,
+    )
+    _report(rep.summary(f"tile -> {args.out / 'patches'}"), rep.bad, quiet)
+    return 0
+
+
+def _params(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--param: expected key=value, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _cmd_features(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.wsi.features import extract_features_stage
+    from fedpath.wsi.slide import find_slides
+
+    rep = extract_features_stage(
+        find_slides(args.slides),
+        args.coords,
+        args.out,
+        args.backbone,
+        args.weights,
+        args.input_size,
+        args.batch_size,
+        params=_params(args.param),
+        device=args.device,
+        save_pt=args.save_pt,
+        skip_bad=args.skip_bad,
+        quiet=quiet,
+    )
+    _report(rep.summary(f"features -> {args.out / 'h5_files'}"), rep.bad, quiet)
+    return 0
+
+
+def read_scanner_map(path: Path) -> dict[str, str]:
+    """``{file_name: scanner}`` from a JSON object or a two-column CSV."""
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("expected a JSON object {file_name: scanner}")
+            return {str(k): str(v) for k, v in data.items()}
+        with path.open(newline="") as fh:
+            rows = [r for r in csv.reader(fh) if r]
+    except (OSError, ValueError) as err:
+        raise DataError(f"scanner map {str(path)!r}: {err}") from None
+    if rows and rows[0][:2] == ["file_name", "scanner"]:
+        rows = rows[1:]
+    bad = [i for i, r in enumerate(rows) if len(r) < 2]
+    if bad:
+        raise DataError(f"scanner map {str(path)!r}: row {bad[0] + 1} lacks 2 fields")
+    return {r[0].strip(): r[1].strip() for r in rows}
+
+
+def _cmd_mvmidog(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.wsi.midog import MvMidogParams, QualityThresholds, build_mvmidog
+
+    params = MvMidogParams(
+        patch_size=args.patch_size,
+        max_offset=args.max_offset,
+        border_attempts=args.border_attempts,
+        negatives_per_slide=args.negatives_per_slide,
+        margin=args.margin,
+        imposters_as_negatives=not args.no_imposters,
+        include_unlabelled=args.include_unlabelled,
+        bbox_format=args.bbox_format,
+        scanner_field=args.scanner_field,
+        scanners=read_scanner_map(args.scanner_map) if args.scanner_map else None,
+        tissue_threshold=args.tissue_threshold,
+        mask_size=args.mask_size,
+        quality=QualityThresholds(
+            min_nonwhite=args.min_nonwhite,
+            white_level=args.white_level,
+            min_edge=args.min_edge,
+            min_saturation_std=args.min_saturation_std,
+        ),
+        seed=args.seed,
+    )
+    report = build_mvmidog(
+        args.annotations,
+        args.slide_dir,
+        args.out,
+        params,
+        skip_bad=args.skip_bad,
+        quiet=quiet,
+    )
+    if quiet:  # build_mvmidog printed the report unless quiet
+        _report("", report["bad"], quiet)
+    return 0

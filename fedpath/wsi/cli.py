@@ -30,7 +30,7 @@ def _common(p: argparse.ArgumentParser, handler: Handler) -> None:
         "--quiet",
         "-q",
         action="store_true",
-        help="no progress bar or summary (also FEDPATH_QUIET=1); skipped inputs "
+        help="no progress bar (also FEDPATH_QUIET=1); the summary and skipped inputs "
         "and errors still print",
     )
     p.add_argument(
@@ -184,12 +184,10 @@ def run(args: argparse.Namespace) -> int:
     return handler(args, quiet)
 
 
-def _report(text: str, bad: list[str], quiet: bool) -> None:
-    Console(quiet=quiet, soft_wrap=True).print(text, highlight=False)
-    if quiet and bad:  # skipped inputs are never silent
-        Console(stderr=True, soft_wrap=True).print(
-            f"skipped {len(bad)} bad inputs:\n  " + "\n  ".join(bad), highlight=False
-        )
+def _report(text: str) -> None:
+    # The summary is the command's result (counts, skipped inputs): printed even
+    # when quiet, which only silences progress bars.
+    Console(soft_wrap=True).print(text, highlight=False)
 
 
 def _cmd_tile(args: argparse.Namespace, quiet: bool) -> int:
@@ -210,7 +208,7 @@ def _cmd_tile(args: argparse.Namespace, quiet: bool) -> int:
         mask_size=args.mask_size,
         min_tissue_area=args.min_tissue_area,
     )
-    _report(rep.summary(f"tile -> {args.out / 'patches'}"), rep.bad, quiet)
+    _report(rep.summary(f"tile -> {args.out / 'patches'}"))
     return 0
 
 
@@ -242,7 +240,7 @@ def _cmd_features(args: argparse.Namespace, quiet: bool) -> int:
         skip_bad=args.skip_bad,
         quiet=quiet,
     )
-    _report(rep.summary(f"features -> {args.out / 'h5_files'}"), rep.bad, quiet)
+    _report(rep.summary(f"features -> {args.out / 'h5_files'}"))
     return 0
 
 
@@ -267,7 +265,12 @@ def read_scanner_map(path: Path) -> dict[str, str]:
 
 
 def _cmd_mvmidog(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.wsi.midog import MvMidogParams, QualityThresholds, build_mvmidog
+    from fedpath.wsi.midog import (
+        MvMidogParams,
+        QualityThresholds,
+        build_mvmidog,
+        format_report,
+    )
 
     params = MvMidogParams(
         patch_size=args.patch_size,
@@ -299,5 +302,5 @@ def _cmd_mvmidog(args: argparse.Namespace, quiet: bool) -> int:
         quiet=quiet,
     )
     if quiet:  # build_mvmidog printed the report unless quiet
-        _report("", report["bad"], quiet)
+        _report(format_report(report))
     return 0

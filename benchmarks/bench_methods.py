@@ -28,6 +28,11 @@ def main() -> None:
     ap.add_argument("--methods", default="fedavg,fedccrl,fedstain")
     ap.add_argument("--metric", default="accuracy")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep finished runs in --out and continue the others",
+    )
     ap.add_argument("overrides", nargs="*", default=["seeds=[0,1,2]", "train.rounds=8"])
     args = ap.parse_args()
     setup_threads()

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.cluster import KMeans
 from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
@@ -67,6 +66,8 @@ def selective_transfer(
     (at least one), and entries within a cluster are drawn without replacement with
     probability proportional to the variance of their statistic vector.
     """
+    from sklearn.cluster import KMeans  # lazy: ~1.6 s to import, rarely needed
+
     flat = stats.reshape(len(stats), -1).astype(np.float64)
     n_pool = len(flat)
     k = max(1, min(k, n_pool))

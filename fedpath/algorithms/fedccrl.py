@@ -29,7 +29,6 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchvision.transforms import v2
 
 from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.stats_exchange import StatsExchangeClient, StatsExchangeServer
@@ -82,6 +81,8 @@ class FedCCRLClient(StatsExchangeClient):
         super().begin(model, payload, state)
         stats = torch.from_numpy(self.pool["mean_std"])
         self.ms_pool = StatPool(stats, space="rgb", kind="mean_std")
+        from torchvision.transforms import v2  # lazy: importing torchvision costs ~2 s
+
         self._augmix = v2.AugMix()
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:

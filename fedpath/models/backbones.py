@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-import torchvision
 from torch import nn
 
 from fedpath.config import ConfigError, ModelConfig, resolve_params
@@ -165,6 +164,8 @@ class ResNetParams:
 
 
 def _resnet(arch: str, params: ResNetParams, num_classes: int) -> FedModel:
+    import torchvision  # lazy: importing it costs ~2 s (torch._dynamo), per process
+
     norm_layer: Callable[[int], nn.Module] | None = None
     if params.norm == "group":
 

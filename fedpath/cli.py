@@ -184,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     wsi_cli.register(sub)
 
+    from fedpath.runtime.flower import cli as flower_cli
+
+    flower_cli.register(sub)
+
     sr = sub.add_parser(
         "stain-report",
         help="per-domain stain-intensity histograms, Q-Q plots, skewness/kurtosis",
@@ -224,6 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_suite(args, quiet)
         if args.command == "table":
             return _cmd_table(args, quiet)
+        if hasattr(args, "flower_handler"):
+            from fedpath.runtime.flower import cli as flower_cli
+
+            return flower_cli.run(args)
         if hasattr(args, "wsi_handler"):
             from fedpath.wsi import cli as wsi_cli
 

@@ -1,0 +1,251 @@
+"""fedpath over Flower's deployment engine vs in-process: round time, bytes, start-up.
+
+The same leave-one-hospital-out fold (ResNet-18, tiny synthetic data so that a round
+is dominated by moving the weights) runs in-process and over a local federation (a
+SuperLink and one SuperNode per client, started as subprocesses on this machine,
+insecure). Reported per algorithm:
+
+- start-up: SuperLink up; SuperNodes connected; ``flwr run`` -> first round begins
+  (FAB install, ServerApp start, node discovery);
+- wall time per round (the runtime's own timing records: client exchange + server +
+  evaluation + checkpoint), Flower / in-process;
+- bytes per round: payload bytes (what fedpath counts in-process) and the records
+  Flower moves, up and down, and for FedStain the statistics' share;
+- the serialization alone: Payload -> records -> Flower's object bytes -> Payload
+  for one ResNet-18 state (what the transport costs without processes).
+
+Target: Flower round time <= 1.2x in-process once the federation is up.
+
+    python benchmarks/bench_flower.py [--rounds 3] [--algorithms fedavg,fedstain]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import setup_threads
+
+from fedpath.config import ExperimentConfig, load_config
+from fedpath.runtime.experiment import run_dir_for, run_experiment
+from fedpath.runtime.flower import RC_CONFIG, RC_REPLY_TIMEOUT, RC_WAIT_NODES, deploy
+from fedpath.utils.io import read_jsonl
+
+CLIENTS = ["hospital_0/c0", "hospital_1/c0"]
+
+
+def config(out: Path, algorithm: str, rounds: int, threads: int) -> ExperimentConfig:
+    return load_config(
+        None,
+        [
+            f"output_dir={out}",
+            "seeds=[0]",
+            "model.backbone=resnet18",
+            "data.params.num_hospitals=3",
+            "data.params.samples_per_hospital=24",
+            "data.params.image_size=32",
+            "data.params.slides_per_hospital=4",
+            "partition.clients_per_domain=1",
+            "lodo.targets=[hospital_2]",
+            f"train.rounds={rounds}",
+            "train.batch_size=16",
+            f"algorithm.name={algorithm}",
+            f"runtime.threads={threads}",
+        ],
+    )
+
+
+def rounds_of(cfg: ExperimentConfig) -> tuple[list[dict[str, Any]], list[float]]:
+    path = run_dir_for(cfg, "hospital_2", 0) / "results.jsonl"
+    rows = list(read_jsonl(path))
+    timing = [r for r in rows if r["kind"] == "timing"]
+    walls = [
+        r["client_s"] + r["server_s"] + r["eval_s"] + r["checkpoint_s"] for r in timing
+    ]
+    return [r for r in rows if r["kind"] == "round"], walls
+
+
+def serialization_s(cfg: ExperimentConfig) -> tuple[float, int]:
+    """Seconds for one ResNet-18 state through records and Flower's object bytes."""
+    from flwr.app import RecordDict
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+    from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
+
+    from fedpath.models.backbones import build_model
+    from fedpath.runtime.flower.records import payload_to_records, records_to_payload
+    from fedpath.types import Payload, as_numpy_dict
+
+    weights = as_numpy_dict(build_model(cfg.model, 2).state_dict())
+    payload = Payload({"weights": weights}, {"round": 1})
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        records = payload_to_records(payload)
+        objs = get_all_nested_objects(records)
+        contents = {oid: o.deflate() for oid, o in objs.items()}
+        back = inflate_object_from_contents(records.object_id, dict(contents))
+        assert isinstance(back, RecordDict)
+        records_to_payload(back)
+        best = min(best, time.perf_counter() - t0)
+    return best, sum(len(c) for c in contents.values())
+
+
+def import_s() -> tuple[float, float]:
+    """Seconds a fresh ClientApp process spends importing (Flower; fedpath + torch).
+
+    Flower 1.42 starts one ``flwr-clientapp`` process per message, so every stage
+    pays this before any work.
+    """
+    import subprocess
+    import sys
+
+    def timed(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - t0
+
+    flwr = timed("import flwr.supernode.runtime.run_clientapp")
+    full = timed(
+        "import flwr.supernode.runtime.run_clientapp, torch, fedpath.algorithms, "
+        "fedpath.runtime.experiment, fedpath.runtime.flower.client_app"
+    )
+    return flwr, full
+
+
+def flower_run(root: Path, cfg: ExperimentConfig, rounds: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    link, address = deploy.start_superlink(root / "link")
+    out["superlink_s"] = time.perf_counter() - t0
+    services = [link]
+    try:
+        t0 = time.perf_counter()
+        for i, cid in enumerate(CLIENTS):
+            services.append(
+                deploy.start_supernode(root, f"node{i}", address, {"client-id": cid})
+            )
+        for svc in services[1:]:
+            svc.wait_log("SuperNode ID", 120)
+        out["supernodes_s"] = time.perf_counter() - t0
+        home = root / "cli"
+        deploy.write_connection(home, "bench", address)
+        app = deploy.write_app(root / "app")
+        run_dir = run_dir_for(cfg, "hospital_2", 0)
+        results = run_dir / "results.jsonl"
+        t0 = time.perf_counter()
+        run_id = deploy.start_run(
+            app,
+            "bench",
+            home,
+            {RC_CONFIG: cfg.to_yaml(), RC_REPLY_TIMEOUT: 600.0, RC_WAIT_NODES: 120.0},
+        )
+        deploy.wait_for(
+            lambda: (run_dir / "config.yaml").is_file(),
+            300,
+            "ServerApp start",
+            services,
+        )
+        out["run_to_serverapp_s"] = time.perf_counter() - t0
+        deploy.wait_for(
+            lambda: results.is_file() and '"kind": "timing"' in results.read_text(),
+            600,
+            "round 1",
+            services,
+        )
+        out["run_to_round1_end_s"] = time.perf_counter() - t0
+        deploy.wait_run(
+            run_id, "bench", home, 600 * rounds, done=(run_dir / "final.json").is_file
+        )
+        out["run_total_s"] = time.perf_counter() - t0
+    finally:
+        for svc in reversed(services):
+            svc.stop()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--algorithms", default="fedavg,fedstain")
+    args = ap.parse_args()
+    threads = setup_threads()
+    for algorithm in args.algorithms.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            inproc = config(root / "inproc", algorithm, args.rounds, threads)
+            t0 = time.perf_counter()
+            run_experiment(inproc)
+            inproc_total = time.perf_counter() - t0
+            flower = config(root / "flower", algorithm, args.rounds, threads)
+            startup = flower_run(root / "fed", flower, args.rounds)
+            rows_i, walls_i = rounds_of(inproc)
+            rows_f, walls_f = rounds_of(flower)
+            ser_s, ser_bytes = serialization_s(inproc)
+        steady_i = statistics.median(walls_i[1:] or walls_i)
+        steady_f = statistics.median(walls_f[1:] or walls_f)
+        print(
+            f"\n== {algorithm}: ResNet-18, 32 px, {len(CLIENTS)} clients x ~18 images"
+        )
+        print(
+            "start-up: SuperLink {superlink_s:.1f} s, SuperNodes {supernodes_s:.1f} s, "
+            "flwr run -> ServerApp {run_to_serverapp_s:.1f} s, -> end of round 1 "
+            "{run_to_round1_end_s:.1f} s, whole run {run_total_s:.1f} s".format(
+                **startup
+            )
+        )
+        print(
+            f"in-process whole run {inproc_total:.1f} s (incl. data and model set-up)"
+        )
+        print(
+            "round  in-process_s  flower_s  ratio  payload_up_MB  payload_down_MB"
+            "  records_up_MB  records_down_MB"
+        )
+        for ri, rf, wi, wf in zip(rows_i, rows_f, walls_i, walls_f, strict=True):
+            print(
+                f"{ri['round']:>5}  {wi:12.2f}  {wf:8.2f}  {wf / wi:5.1f}  "
+                f"{rf['bytes_up'] / 1e6:13.2f}  {rf['bytes_down'] / 1e6:15.2f}  "
+                f"{rf['wire_bytes_up'] / 1e6:13.2f}  "
+                f"{rf['wire_bytes_down'] / 1e6:15.2f}"
+            )
+            assert rf["bytes_up"] == ri["bytes_up"], "payload bytes differ"
+        stats = [r for r in rows_f if "stats/pool_entries" in r]
+        if stats:
+            entries = stats[0]["stats/pool_entries"]
+            stats_bytes = entries * 4 * 3 * 4  # moments x channels x float32
+            print(
+                f"statistics up per round: {stats_bytes} B ({entries} pooled "
+                f"entries) vs weights {(rows_f[0]['bytes_up'] - stats_bytes) / 1e6:.1f}"
+                " MB up"
+            )
+        print(
+            f"steady round (median of rounds 2..): in-process {steady_i:.2f} s, "
+            f"Flower {steady_f:.2f} s, ratio {steady_f / steady_i:.1f} (target <= 1.2)"
+        )
+        print(
+            f"serialization alone, one ResNet-18 state ({ser_bytes / 1e6:.1f} MB of "
+            f"Flower objects): {ser_s:.3f} s"
+        )
+        flwr_imp, full_imp = import_s()
+        print(
+            f"per-message process start (one idle process): import flwr "
+            f"{flwr_imp:.1f} s, + torch and fedpath {full_imp:.1f} s"
+        )
+        print(
+            json.dumps(
+                {
+                    "algorithm": algorithm,
+                    **startup,
+                    "steady_inproc_s": steady_i,
+                    "steady_flower_s": steady_f,
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The Flower runtime: any registered fedpath algorithm over Flower's deployment engine.
+
+One SuperNode is one fedpath client (a hospital, or one partition of one); the
+SuperLink's ServerApp runs the server half of the algorithm, round by round, exactly
+as :class:`~fedpath.runtime.inprocess.InProcessRun` does, and only the transport
+differs: a stage's :class:`~fedpath.types.Payload` travels as one ``ArrayRecord`` per
+array group plus a ``ConfigRecord`` of scalars (:mod:`.records`).
+
+Modules (``flwr`` is imported by them, never by this package, so ``import fedpath``
+works without Flower installed):
+
+- :mod:`.records`: Payload <-> ``RecordDict``, bit-exact;
+- :mod:`.server_app`: the ``ServerApp`` (coordinator) and :class:`FlowerRun`;
+- :mod:`.client_app`: the ``ClientApp`` (one hospital's node);
+- :mod:`.deploy`: start SuperLink / SuperNodes, certificates, node keys, ``flwr run``;
+- :mod:`.cli`: ``fedpath flower superlink | supernode | run | certs | keys | app``.
+
+The names below are the message protocol shared by the two apps.
+"""
+
+from __future__ import annotations
+
+#: Version of the fedpath-over-Flower message layout (bumped on incompatible change).
+PROTOCOL = 1
+
+#: ConfigRecord that carries the message header (stage, round, client...).
+META = "fedpath"
+#: Prefix of a node's ClientState records in ``context.state`` (then target/seed).
+STATE_PREFIX = "state"
+
+#: Message type of every stage: the stage name travels in the header, because
+#: stages are chosen by the algorithm at run time while Flower routes on names
+#: registered when the ClientApp is imported.
+STAGE_MESSAGE = "train"
+#: Query asking a node which fedpath client it serves.
+HELLO_MESSAGE = "query.hello"
+
+#: Run-config keys (``[tool.flwr.app.config]`` of the Flower app).
+RC_CONFIG = "fedpath-config"
+RC_RESUME = "resume"
+RC_REPLY_TIMEOUT = "reply-timeout"
+RC_WAIT_NODES = "wait-nodes"
+RC_ON_FAILURE = "on-failure"
+
+#: Node-config keys (``flower-supernode --node-config``).
+NC_CLIENT = "client-id"
+NC_DATA_NAME = "data-name"
+NC_DATA_ROOT = "data-root"
+NC_DATA_PARAMS = "data-params"
+NC_DEVICE = "device"
+NC_THREADS = "threads"
+NC_DP_CLIP = "dp-clipping-norm"
+NC_DP_SENSITIVITY = "dp-sensitivity"
+NC_DP_EPSILON = "dp-epsilon"
+NC_DP_DELTA = "dp-delta"

@@ -1,0 +1,326 @@
+"""The ClientApp: one SuperNode serves one fedpath client (a hospital or a part of one).
+
+For every stage message it builds the same :class:`~fedpath.algorithms.base.
+ClientContext` as :meth:`InProcessRun._call_client
+<fedpath.runtime.inprocess.InProcessRun._call_client>` and calls
+``spec.client(params, ctx).handle(stage, payload, state)``; the reply payload goes
+back as records, the :class:`~fedpath.types.ClientState` stays in the node's
+``context.state`` (one prefix per fold and seed). The experiment config comes from
+the run config (the coordinator's resolved YAML); the node config says which client
+this node is and where its data lives, so each hospital points at its own disk:
+
+============================  ==================================================
+node-config key               meaning
+============================  ==================================================
+``client-id`` (required)      the fedpath client id, e.g. ``hospital_0/c0``
+``data-name``                 dataset name (default: the run's ``data.name``)
+``data-root``                 local data folder (default: the run's ``data.root``)
+``data-params``               YAML mapping of dataset params (default: the run's)
+``device``, ``threads``       ``runtime.device`` / ``runtime.threads`` on this node
+``dp-clipping-norm`` ...      local DP with Flower's ``LocalDpMod`` (see below)
+============================  ==================================================
+
+Any failure (a config it cannot parse, a missing data folder, other classes than
+the federation's, a payload that does not fit the model) becomes an error reply
+whose reason names the client and the node, so it reaches the coordinator's log.
+
+Local differential privacy: with ``dp-clipping-norm``, ``dp-sensitivity``,
+``dp-epsilon`` and ``dp-delta`` in the node config, the ``fit`` replies pass
+through Flower's ``LocalDpMod`` (clip the update, add Gaussian noise). That mod
+handles messages with exactly one ArrayRecord whose keys match the reply's, i.e.
+weight-averaging algorithms without private entries (FedAvg, FedProx); other
+stages and algorithms get an error reply naming the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.clientapp.mod import LocalDpMod
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.common.constant import ErrorCode
+
+from fedpath import __version__
+from fedpath.config import ConfigError, ExperimentConfig, build_config, resolve_params
+from fedpath.runtime.flower import (
+    META,
+    NC_CLIENT,
+    NC_DATA_NAME,
+    NC_DATA_PARAMS,
+    NC_DATA_ROOT,
+    NC_DEVICE,
+    NC_DP_CLIP,
+    NC_DP_DELTA,
+    NC_DP_EPSILON,
+    NC_DP_SENSITIVITY,
+    NC_THREADS,
+    PROTOCOL,
+    RC_CONFIG,
+    STATE_PREFIX,
+)
+from fedpath.runtime.flower.records import (
+    clear_records,
+    header_int,
+    header_str,
+    header_strs,
+    payload_to_records,
+    records_to_payload,
+)
+from fedpath.types import ClientState, Payload
+
+if TYPE_CHECKING:  # torch and the algorithms load only for stage messages
+    from fedpath.data.base import DomainDataset
+    from fedpath.data.partition import ClientData
+    from fedpath.models.backbones import FedModel
+
+log = logging.getLogger("fedpath")
+
+
+class NodeError(RuntimeError):
+    """A node that cannot serve the message (its config, data or the header)."""
+
+
+def experiment_from_run_config(run_config: Mapping[str, Any]) -> ExperimentConfig:
+    """The experiment config the coordinator put in the run config (resolved YAML)."""
+    text = run_config.get(RC_CONFIG, "")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(
+            f"Flower run config key {RC_CONFIG!r} is empty: start runs with "
+            "`fedpath flower run CONFIG.yaml`, which puts the experiment config there"
+        )
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(
+            f"Flower run config key {RC_CONFIG!r}: bad YAML: {err}"
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"Flower run config key {RC_CONFIG!r}: expected a mapping")
+    return build_config(raw)
+
+
+def node_client_id(context: Context) -> str:
+    """The fedpath client this node serves (node config ``client-id``)."""
+    cid = context.node_config.get(NC_CLIENT)
+    if not isinstance(cid, str) or not cid:
+        raise NodeError(
+            f"node {context.node_id}: node config has no {NC_CLIENT!r}; start it with "
+            f"--node-config '{NC_CLIENT}=\"hospital_0/c0\" ...'"
+        )
+    return cid
+
+
+def node_experiment(context: Context) -> ExperimentConfig:
+    """The run's config with this node's data location and device applied."""
+    cfg = experiment_from_run_config(context.run_config)
+    nc = context.node_config
+    overrides: dict[str, Any] = {}
+    if NC_DATA_NAME in nc:
+        overrides["data.name"] = str(nc[NC_DATA_NAME])
+        overrides["data.params"] = {}  # another dataset: its own defaults
+    if NC_DATA_ROOT in nc:
+        overrides["data.root"] = str(nc[NC_DATA_ROOT])
+    if NC_DATA_PARAMS in nc:
+        text = str(nc[NC_DATA_PARAMS])
+        try:
+            params = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(
+                f"node config {NC_DATA_PARAMS!r}: bad YAML {text!r}: {err}"
+            ) from None
+        if not isinstance(params, dict):
+            raise ConfigError(
+                f"node config {NC_DATA_PARAMS!r}: expected a YAML mapping such as "
+                f"'{{image_size: 128}}', got {text!r}"
+            )
+        overrides["data.params"] = params
+    if NC_DEVICE in nc:
+        overrides["runtime.device"] = str(nc[NC_DEVICE])
+    if NC_THREADS in nc:
+        overrides["runtime.threads"] = int(nc[NC_THREADS])
+    try:
+        return cfg.replace(**overrides) if overrides else cfg
+    except ConfigError as err:
+        raise ConfigError(f"node config: {err}") from None
+
+
+def find_client(
+    dataset: DomainDataset,
+    sources: list[str],
+    cfg: ExperimentConfig,
+    seed: int,
+    client_id: str,
+) -> ClientData:
+    """This node's client, split exactly as the in-process runtime splits it.
+
+    With every source domain on disk, :func:`make_clients` runs as in-process. A
+    node that holds only its own hospital's domain gets the same split when
+    ``partition.clients_per_domain`` is 1 (the whole training split); with more
+    clients per domain the split depends on the domain's position among the
+    sources, which needs every source's metadata on the node.
+    """
+    from fedpath.data.partition import make_clients
+
+    present = [d for d in sources if d in dataset.domains]
+    if not present:
+        raise NodeError(
+            f"client {client_id}: the node's dataset {dataset.name!r} holds domains "
+            f"{dataset.domains}, none of the federation's sources {sources}"
+        )
+    if len(present) < len(sources) and cfg.partition.clients_per_domain > 1:
+        raise NodeError(
+            f"client {client_id}: the node's dataset holds {present} of the sources "
+            f"{sources}; with partition.clients_per_domain="
+            f"{cfg.partition.clients_per_domain} the Dirichlet split needs every "
+            "source domain's labels on the node (or use clients_per_domain=1)"
+        )
+    for client in make_clients(dataset, present, cfg.partition, seed):
+        if client.client_id == client_id:
+            return client
+    raise NodeError(
+        f"client {client_id}: not a client of this fold; the node's data gives "
+        f"{[c.client_id for c in make_clients(dataset, present, cfg.partition, seed)]}"
+    )
+
+
+def handle_stage(msg: Message, context: Context) -> RecordDict:
+    """Run the client half of the algorithm on one stage message; the reply records."""
+    import torch
+
+    from fedpath.algorithms.base import ALGORITHMS, ClientContext
+    from fedpath.data.base import DataError
+    from fedpath.models.backbones import build_model
+    from fedpath.runtime.experiment import load_dataset
+
+    cid = node_client_id(context)
+    meta = msg.content.config_records.get(META)
+    if meta is None:
+        raise NodeError(f"client {cid}: message without the {META!r} header")
+    protocol = header_int(meta, "protocol")
+    if protocol != PROTOCOL:
+        raise NodeError(
+            f"client {cid}: coordinator speaks protocol {protocol}, this node "
+            f"{PROTOCOL} (fedpath {__version__}); install the same fedpath version"
+        )
+    addressed = header_str(meta, "client")
+    if addressed != cid:
+        raise NodeError(
+            f"node {context.node_id} serves client {cid}, but the message is for "
+            f"{addressed}"
+        )
+    stage, rnd = header_str(meta, "stage"), header_int(meta, "round")
+    seed, target = header_int(meta, "seed"), header_str(meta, "target")
+    sources = header_strs(meta, "sources")
+    cfg = node_experiment(context)
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
+    dataset = load_dataset(cfg.data)
+    classes = header_strs(meta, "classes")
+    if list(dataset.classes) != classes:
+        raise DataError(
+            f"client {cid}: the node's dataset has classes {dataset.classes}, the "
+            f"federation's are {classes} (same names, same order)"
+        )
+    client = find_client(dataset, sources, cfg, seed, cid)
+    schema = ALGORITHMS.params(cfg.algorithm.name)
+    params = (
+        resolve_params(schema, cfg.algorithm.params, "algorithm.params")
+        if schema
+        else None
+    )
+
+    def build() -> FedModel:
+        return build_model(cfg.model, dataset.num_classes)
+
+    ctx = ClientContext(
+        client_id=cid,
+        domain=client.domain,
+        data=client.train,
+        num_classes=dataset.num_classes,
+        build_model=build,
+        train=cfg.train,
+        round=rnd,
+        seed=seed,
+        device=torch.device(cfg.runtime.device),
+    )
+    prefix = f"{STATE_PREFIX}/{target}/{seed}/"
+    state = records_to_payload(context.state, ClientState, prefix)
+    payload: Payload = records_to_payload(msg.content)
+    spec = ALGORITHMS.get(cfg.algorithm.name)
+    reply = spec.client(params, ctx).handle(stage, payload, state)
+    clear_records(context.state, prefix)
+    payload_to_records(state, context.state, prefix)
+    content = payload_to_records(reply)
+    content[META] = ConfigRecord({"client": cid, "stage": stage, "round": rnd})
+    return content
+
+
+def error_reply(msg: Message, context: Context, err: Exception) -> Message:
+    """An error reply whose reason names the client and the node."""
+    cid = context.node_config.get(NC_CLIENT, "?")
+    reason = f"client {cid} (node {context.node_id}): {type(err).__name__}: {err}"
+    log.error("%s", reason, exc_info=err)
+    return Message(
+        Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason),
+        reply_to=msg,
+    )
+
+
+def local_dp_mod(
+    msg: Message, context: Context, call_next: ClientAppCallable
+) -> Message:
+    """Flower's ``LocalDpMod`` on ``fit`` replies, if the node config asks for it."""
+    nc = context.node_config
+    if NC_DP_CLIP not in nc:
+        return call_next(msg, context)
+    meta = msg.content.config_records.get(META)
+    if meta is None or meta.get("stage") != "fit":
+        return call_next(msg, context)
+    try:
+        mod = LocalDpMod(
+            clipping_norm=float(nc[NC_DP_CLIP]),
+            sensitivity=float(nc.get(NC_DP_SENSITIVITY, nc[NC_DP_CLIP])),
+            epsilon=float(nc[NC_DP_EPSILON]),
+            delta=float(nc[NC_DP_DELTA]),
+        )
+    except (KeyError, ValueError) as err:
+        return error_reply(
+            msg,
+            context,
+            ConfigError(
+                f"node config: local DP needs {NC_DP_CLIP}, {NC_DP_EPSILON} and "
+                f"{NC_DP_DELTA} (and optionally {NC_DP_SENSITIVITY}): {err}"
+            ),
+        )
+    reply = mod(msg, context, call_next)
+    if reply.has_error() and "(node " not in (reply.error.reason or ""):
+        return error_reply(msg, context, NodeError(f"LocalDpMod: {reply.error.reason}"))
+    return reply
+
+
+app = ClientApp()
+
+
+@app.query("hello")
+def hello(msg: Message, context: Context) -> Message:
+    """Tell the coordinator which client this node serves."""
+    try:
+        cid = node_client_id(context)
+    except Exception as err:
+        return error_reply(msg, context, err)
+    record = ConfigRecord({"client": cid, "protocol": PROTOCOL, "fedpath": __version__})
+    return Message(RecordDict({META: record}), reply_to=msg)
+
+
+@app.train(mods=[local_dp_mod])
+def train(msg: Message, context: Context) -> Message:
+    """Answer one stage of a round (every stage arrives as a ``train`` message)."""
+    try:
+        return Message(handle_stage(msg, context), reply_to=msg)
+    except Exception as err:
+        return error_reply(msg, context, err)

@@ -1,0 +1,501 @@
+"""The ServerApp: the coordinator runs the server half of an algorithm over a Grid.
+
+:class:`FlowerRun` *is* an :class:`~fedpath.runtime.inprocess.InProcessRun` (same
+initial weights, client roster, client sampling, evaluation on the held-out domain,
+``results.jsonl``, checkpoint and exact resume, ``final.json`` and ``model.fpm``);
+only :meth:`FlowerRun.run_round` differs, because the client halves run on the
+SuperNodes: for every stage of ``server.stages(rnd)``, ``server.configure`` gives one
+payload per sampled client, each travels as one ``train`` Message to the node that
+serves the client, ``grid.send_and_receive`` waits up to ``reply-timeout`` seconds,
+and the replies go to ``server.aggregate`` exactly as in-process.
+
+A client that fails (error reply, no reply in time, a reply that is not a payload)
+is logged with its node id, recorded in ``results.jsonl`` (``kind: failure``) and
+left out of that stage; the round goes on while ``train.min_replies`` replies
+remain (``on-failure = "continue"``) or the run stops at the first failure
+(``on-failure = "stop"``).
+
+Run-config keys (``[tool.flwr.app.config]``, set by ``fedpath flower run``):
+``fedpath-config`` (the resolved experiment YAML), ``resume``, ``reply-timeout``
+(seconds per stage), ``wait-nodes`` (seconds to wait at start for a node per
+client of the roster), ``on-failure``.
+
+Client state: each node keeps its :class:`~fedpath.types.ClientState` in
+``context.state`` for the duration of the Flower run. A coordinator checkpoint
+holds the server state only; resuming starts a new Flower run, so algorithms with
+client state (FedBN's local normalization layers) restart that state from the
+global model after a resume, whereas in-process resume restores it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from fedpath.config import ConfigError, ExperimentConfig
+from fedpath.data.base import DomainDataset
+from fedpath.data.partition import LodoFold, lodo_plan
+from fedpath.runtime.experiment import load_dataset, run_dir_for
+from fedpath.runtime.flower import (
+    HELLO_MESSAGE,
+    META,
+    PROTOCOL,
+    RC_ON_FAILURE,
+    RC_REPLY_TIMEOUT,
+    RC_RESUME,
+    RC_WAIT_NODES,
+    STAGE_MESSAGE,
+)
+from fedpath.runtime.flower.client_app import experiment_from_run_config
+from fedpath.runtime.flower.records import (
+    RecordError,
+    header_int,
+    header_str,
+    payload_to_records,
+    records_to_payload,
+)
+from fedpath.runtime.inprocess import RESULTS, InProcessRun, RoundTimes
+from fedpath.types import Payload
+from fedpath.utils.io import append_jsonl
+from fedpath.utils.progress import Reporter
+
+log = logging.getLogger("fedpath")
+
+
+@dataclass(frozen=True)
+class FlowerSettings:
+    """How the coordinator talks to the nodes (the Flower run config)."""
+
+    resume: bool = False
+    reply_timeout: float = 600.0
+    wait_nodes: float = 120.0
+    on_failure: Literal["continue", "stop"] = "continue"
+
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any]) -> FlowerSettings:
+        """Read and check the settings; errors name the run-config key."""
+
+        def number(key: str, default: float) -> float:
+            value = rc.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"Flower run config {key!r}: expected seconds")
+            if value <= 0:
+                raise ConfigError(
+                    f"Flower run config {key!r}: expected > 0, got {value}"
+                )
+            return float(value)
+
+        on_failure = rc.get(RC_ON_FAILURE, "continue")
+        if on_failure not in ("continue", "stop"):
+            raise ConfigError(
+                f"Flower run config {RC_ON_FAILURE!r}: expected 'continue' or 'stop', "
+                f"got {on_failure!r}"
+            )
+        return cls(
+            resume=bool(rc.get(RC_RESUME, False)),
+            reply_timeout=number(RC_REPLY_TIMEOUT, cls.reply_timeout),
+            wait_nodes=number(RC_WAIT_NODES, cls.wait_nodes),
+            on_failure=on_failure,
+        )
+
+
+class NodeDirectory:
+    """Which node serves which client: asked once per node (``query.hello``)."""
+
+    def __init__(self, grid: Grid, timeout: float) -> None:
+        self.grid = grid
+        # a hello needs no data or model: a node silent this long is not there
+        # (asked again at the next refresh, until the SuperLink drops it)
+        self.timeout = min(timeout, 60.0)
+        self.client_of: dict[int, str] = {}
+        self.unusable: set[int] = set()
+
+    def refresh(self) -> dict[str, int]:
+        """Ask new nodes who they are; return client id -> node id of live nodes."""
+        live = set(self.grid.get_node_ids())
+        new = sorted(live - set(self.client_of) - self.unusable)
+        if new:
+            messages = [
+                Message(
+                    RecordDict({META: ConfigRecord({"protocol": PROTOCOL})}),
+                    dst_node_id=node,
+                    message_type=HELLO_MESSAGE,
+                )
+                for node in new
+            ]
+            ids, replies = send_and_receive(self.grid, messages, self.timeout)
+            node_of = {
+                i: m.metadata.dst_node_id for i, m in zip(ids, messages, strict=True)
+            }
+            for reply in replies:
+                node = node_of.get(
+                    reply.metadata.reply_to_message_id, reply.metadata.src_node_id
+                )
+                if reply.has_error():
+                    log.error("node %d cannot serve: %s", node, reply.error.reason)
+                    self.unusable.add(node)
+                    continue
+                try:
+                    meta = reply.content.config_records[META]
+                    protocol = header_int(meta, "protocol")
+                    client = header_str(meta, "client")
+                except (KeyError, RecordError) as err:
+                    log.error("node %d: unreadable hello reply: %s", node, err)
+                    self.unusable.add(node)
+                    continue
+                if protocol != PROTOCOL:
+                    log.error(
+                        "node %d speaks fedpath protocol %s (fedpath %s), the "
+                        "coordinator %d; ignored",
+                        node,
+                        protocol,
+                        meta.get("fedpath"),
+                        PROTOCOL,
+                    )
+                    self.unusable.add(node)
+                    continue
+                self.client_of[node] = client
+                log.info("node %d serves client %s", node, client)
+        out: dict[str, int] = {}
+        for node in sorted(live & set(self.client_of)):
+            cid = self.client_of[node]
+            if cid in out:
+                log.error(
+                    "nodes %d and %d both serve client %s; using %d",
+                    out[cid],
+                    node,
+                    cid,
+                    out[cid],
+                )
+                continue
+            out[cid] = node
+        return out
+
+
+class FlowerRun(InProcessRun):
+    """One fold x seed whose client halves run on Flower SuperNodes."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        dataset: DomainDataset,
+        fold: LodoFold,
+        seed: int,
+        run_dir: Path,
+        grid: Grid,
+        settings: FlowerSettings,
+        directory: NodeDirectory | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
+        super().__init__(cfg, dataset, fold, seed, run_dir, reporter)
+        self.grid = grid
+        self.settings = settings
+        self.directory = directory or NodeDirectory(grid, settings.reply_timeout)
+        self.states = {}  # client states live in each node's context.state
+        self.nodes: dict[str, int] = {}
+        self._waited = False
+
+    # ------------------------------------------------------------------ nodes
+
+    def discover(self) -> dict[str, int]:
+        """Map the roster's clients to live nodes (waiting at first for all of them)."""
+        roster = set(self.by_id)
+        deadline = time.monotonic() + (
+            0.0 if self._waited else self.settings.wait_nodes
+        )
+        while True:
+            found = self.directory.refresh()
+            nodes = {c: n for c, n in found.items() if c in roster}
+            if roster <= set(nodes) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        if not self._waited:
+            self._waited = True
+            missing = sorted(roster - set(nodes))
+            if missing:
+                log.warning("no node serves clients %s (yet)", missing)
+            extra = sorted(set(found) - roster)
+            if extra:
+                log.info(
+                    "nodes of clients %s are not in this fold (target %s)",
+                    extra,
+                    self.fold.target,
+                )
+        self.nodes = nodes
+        return nodes
+
+    # ------------------------------------------------------------------ rounds
+
+    def run_round(self, rnd: int) -> dict[str, Any]:
+        """One round: the stages over the grid, then evaluation and checkpoint.
+
+        Mirrors :meth:`InProcessRun.run_round` (same records, same order of server
+        calls); the client calls of a stage go out together and may fail.
+        """
+        times = RoundTimes()
+        self.discover()
+        sampled = self.sample_clients(rnd)
+        self.reporter.start_round(rnd, len(sampled) * len(self.server.stages(rnd)))
+        logs: dict[str, Any] = {}
+        up = down = wire_up = wire_down = failed = 0
+        for stage in self.server.stages(rnd):
+            t0 = time.perf_counter()
+            messages = self.server.configure(stage, rnd, sampled)
+            times.server += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            replies, sizes = self.exchange(stage, rnd, messages)
+            times.clients += time.perf_counter() - t0
+            down += sum(messages[c].nbytes() for c in sizes["sent"])
+            up += sum(p.nbytes() for p in replies.values())
+            wire_down += sizes["wire_down"]
+            wire_up += sizes["wire_up"]
+            failed += len(messages) - len(replies)
+            if len(replies) < self.cfg.train.min_replies:
+                raise RuntimeError(
+                    f"round {rnd} stage {stage!r}: {len(replies)} replies, fewer than "
+                    f"train.min_replies={self.cfg.train.min_replies}"
+                )
+            t0 = time.perf_counter()
+            logs.update(
+                {
+                    f"{stage}/{k}": v
+                    for k, v in self.server.aggregate(stage, rnd, replies).items()
+                }
+            )
+            times.server += time.perf_counter() - t0
+        evaluation: dict[str, Any] = {}
+        t0 = time.perf_counter()
+        if rnd % self.cfg.train.eval_every == 0 or rnd == self.cfg.train.rounds:
+            evaluation = self._evaluate(rnd)
+            self._last_eval = evaluation
+        times.evaluation = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        append_jsonl(
+            self.run_dir / RESULTS,
+            {
+                **self.labels(),
+                "kind": "round",
+                "round": rnd,
+                "clients": len(sampled),
+                "bytes_up": up,
+                "bytes_down": down,
+                "wire_bytes_up": wire_up,
+                "wire_bytes_down": wire_down,
+                "failed": failed,
+                **logs,
+            },
+        )
+        if self.cfg.runtime.checkpoint:
+            self._checkpoint(rnd)
+        times.checkpoint = time.perf_counter() - t0
+        append_jsonl(
+            self.run_dir / RESULTS,
+            {
+                **self.labels(),
+                "kind": "timing",
+                "round": rnd,
+                "client_s": times.clients,
+                "server_s": times.server,
+                "eval_s": times.evaluation,
+                "checkpoint_s": times.checkpoint,
+            },
+        )
+        target = evaluation.get("target", {})
+        summary = f"acc {target['accuracy']:.3f}" if "accuracy" in target else ""
+        log.info("%s round %d done %s", self._label(), rnd, summary)
+        self.reporter.end_round(summary)
+        return evaluation
+
+    def exchange(
+        self, stage: str, rnd: int, messages: Mapping[str, Payload]
+    ) -> tuple[dict[str, Payload], dict[str, Any]]:
+        """Send one stage's payloads, collect the replies that arrive in time."""
+        out: list[Message] = []
+        sent: list[str] = []
+        wire_down = 0
+        for cid in sorted(messages):
+            node = self.nodes.get(cid)
+            if node is None:
+                self._failure(rnd, stage, cid, None, "no node serves this client")
+                continue
+            content = payload_to_records(messages[cid])
+            content[META] = self._header(stage, rnd, cid)
+            wire_down += _record_bytes(content)
+            out.append(Message(content, dst_node_id=node, message_type=STAGE_MESSAGE))
+            sent.append(cid)
+        received: dict[str, Payload] = {}
+        failed: set[str] = set()
+        wire_up = 0
+        if out:
+            ids, replies = send_and_receive(self.grid, out, self.settings.reply_timeout)
+            # attribute replies by the message they answer: an error reply may come
+            # from the SuperLink (e.g. for a node that went offline), not the node
+            client_of = dict(zip(ids, sent, strict=True))
+            for reply in replies:
+                cid = client_of.get(reply.metadata.reply_to_message_id, "?")
+                node = self.nodes.get(cid)
+                if reply.has_error():
+                    failed.add(cid)
+                    reason = reply.error.reason or f"error code {reply.error.code}"
+                    self._failure(rnd, stage, cid, node, reason)
+                    continue
+                try:
+                    wire_up += _record_bytes(reply.content)
+                    received[cid] = records_to_payload(reply.content)
+                except (RecordError, KeyError) as err:
+                    failed.add(cid)
+                    self._failure(rnd, stage, cid, node, f"unreadable reply: {err}")
+        for cid in sent:
+            if cid not in received and cid not in failed:
+                self._failure(
+                    rnd,
+                    stage,
+                    cid,
+                    self.nodes[cid],
+                    f"no reply within reply-timeout={self.settings.reply_timeout:g} s",
+                )
+        ordered = {cid: received[cid] for cid in sorted(received)}
+        return ordered, {"sent": sent, "wire_down": wire_down, "wire_up": wire_up}
+
+    def _header(self, stage: str, rnd: int, cid: str) -> ConfigRecord:
+        return ConfigRecord(
+            {
+                "protocol": PROTOCOL,
+                "stage": stage,
+                "round": rnd,
+                "client": cid,
+                "seed": self.seed,
+                "target": self.fold.target,
+                "sources": list(self.fold.sources),
+                "classes": [str(c) for c in self.dataset.classes],
+            }
+        )
+
+    def _failure(
+        self, rnd: int, stage: str, cid: str, node: int | None, reason: str
+    ) -> None:
+        where = f"node {node}" if node is not None else "no node"
+        log.error(
+            "round %d stage %r: client %s (%s) failed: %s",
+            rnd,
+            stage,
+            cid,
+            where,
+            reason,
+        )
+        append_jsonl(
+            self.run_dir / RESULTS,
+            {
+                **self.labels(),
+                "kind": "failure",
+                "round": rnd,
+                "stage": stage,
+                "client": cid,
+                "node": node,
+                "reason": reason,
+            },
+        )
+        if self.settings.on_failure == "stop":
+            raise RuntimeError(
+                f"round {rnd} stage {stage!r}: client {cid} ({where}) failed: {reason} "
+                "(on-failure=stop; continue later with resume)"
+            )
+
+
+def send_and_receive(
+    grid: Grid, messages: list[Message], timeout: float, poll: float = 0.2
+) -> tuple[list[str], list[Message]]:
+    """``grid.send_and_receive`` with a short poll interval.
+
+    Flower's own waits 3 s between pulls, which adds up to 3 s to every stage;
+    here the replies are pulled every ``poll`` seconds (one small HTTP request to
+    the SuperLink each time) until all arrived or ``timeout`` passed.
+    """
+    ids = list(grid.push_messages(messages))
+    pending = set(ids)
+    deadline = time.monotonic() + timeout
+    replies: list[Message] = []
+    while pending:
+        got = list(grid.pull_messages(pending))
+        replies.extend(got)
+        pending -= {m.metadata.reply_to_message_id for m in got}
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    return ids, replies
+
+
+def _record_bytes(records: RecordDict) -> int:
+    """Bytes of a message's records as Flower counts them (arrays dominate)."""
+    return int(sum(r.count_bytes() for r in records.values()))
+
+
+def run_federation(
+    grid: Grid,
+    cfg: ExperimentConfig,
+    settings: FlowerSettings,
+    reporter: Reporter | None = None,
+) -> list[dict[str, Any]]:
+    """Every fold x seed of ``cfg`` over the grid (as ``run_experiment`` in-process)."""
+    import torch
+
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
+    dataset = load_dataset(cfg.data)
+    directory = NodeDirectory(grid, settings.reply_timeout)
+    records = []
+    for fold in lodo_plan(dataset, cfg.lodo.targets):
+        for seed in cfg.seeds:
+            run = FlowerRun(
+                cfg,
+                dataset,
+                fold,
+                seed,
+                run_dir_for(cfg, fold.target, seed),
+                grid,
+                settings,
+                directory,
+                reporter,
+            )
+            records.append(run.run(resume=settings.resume))
+    return records
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Entry point of ``flwr run``: the experiment in the run config, over the grid."""
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s fedpath: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    settings = FlowerSettings.from_run_config(context.run_config)
+    cfg = experiment_from_run_config(context.run_config)
+    log.info(
+        "experiment %s, algorithm %s, %d round(s); reply-timeout %g s, on-failure %s",
+        cfg.name,
+        cfg.algorithm.name,
+        cfg.train.rounds,
+        settings.reply_timeout,
+        settings.on_failure,
+    )
+    for record in run_federation(grid, cfg, settings):
+        target = record.get("evaluation", {}).get("target", {})
+        log.info(
+            "finished %s -> %s seed %s: target accuracy %s",
+            record["method"],
+            record["target"],
+            record["seed"],
+            target.get("accuracy"),
+        )

@@ -1,0 +1,585 @@
+"""fedpath over Flower equals fedpath in-process.
+
+Two layers:
+
+- fast: :class:`LoopbackGrid`, a Flower ``Grid`` that hands every message, through
+  Flower's wire serialization, to the real ClientApp with one Context per node
+  (FlowerRun, the records and the ClientApp, without processes or sockets);
+- slow: Flower's deployment engine itself, a SuperLink and SuperNodes started as
+  subprocesses on free ports (insecure; TLS + SuperNode authentication), runs
+  launched with ``flwr run``, a node killed mid-run.
+
+Equality is bit-exact (``torch.equal`` on every entry of the final global state,
+identical evaluation records): the client halves run the same code on the same
+data with the same seeds and one torch thread, the arrays travel as raw ``np.save``
+bytes, and the server aggregates the replies in sorted client order whatever order
+they arrive in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.inflatable.inflatable_object import (
+    get_all_nested_objects,
+)
+from flwr.supercore.inflatable.inflatable_utils import (
+    inflate_object_from_contents,
+)
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedpath.config import ExperimentConfig, load_config
+from fedpath.runtime.experiment import run_dir_for, run_experiment
+from fedpath.runtime.flower import (
+    META,
+    PROTOCOL,
+    RC_CONFIG,
+    RC_ON_FAILURE,
+    RC_REPLY_TIMEOUT,
+    RC_RESUME,
+    RC_WAIT_NODES,
+    deploy,
+)
+from fedpath.runtime.flower.client_app import app as client_app
+from fedpath.runtime.flower.records import payload_to_records
+from fedpath.runtime.flower.server_app import (
+    FlowerSettings,
+    run_federation,
+)
+from fedpath.types import Payload
+from fedpath.utils.io import read_jsonl
+
+TINY = [
+    "data.params.num_hospitals=3",
+    "data.params.samples_per_hospital=48",
+    "data.params.image_size=32",
+    "data.params.slides_per_hospital=4",
+    "model.params.widths=[8,16]",
+    "train.rounds=2",
+    "train.batch_size=16",
+    "train.eval_batch_size=64",
+    "seeds=[0]",
+    "runtime.threads=1",
+    "lodo.targets=[hospital_2]",
+    "partition.clients_per_domain=1",
+]
+#: four hospitals, three source clients (the node-failure tests)
+FOUR = [*TINY, "data.params.num_hospitals=4", "lodo.targets=[hospital_3]"]
+
+
+def config(out: Path, *extra: str, base: list[str] = TINY) -> ExperimentConfig:
+    return load_config(None, [*base, f"output_dir={out}", *extra])
+
+
+def final_state(cfg: ExperimentConfig) -> dict[str, torch.Tensor]:
+    ckpt = torch.load(
+        run_dir_for(cfg, cfg.lodo.targets[0], 0) / "checkpoint.pt", weights_only=True
+    )
+    return dict(ckpt["server"]["arrays"]["weights"])
+
+
+def records(cfg: ExperimentConfig, kind: str) -> list[dict[str, Any]]:
+    path = run_dir_for(cfg, cfg.lodo.targets[0], 0) / "results.jsonl"
+    return [r for r in read_jsonl(path) if r["kind"] == kind]
+
+
+def assert_same_run(flower: ExperimentConfig, inproc: ExperimentConfig) -> None:
+    a, b = final_state(flower), final_state(inproc)
+    assert list(a) == list(b)
+    for k in b:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+    assert records(flower, "eval") == records(inproc, "eval")
+    for ra, rb in zip(records(flower, "round"), records(inproc, "round"), strict=True):
+        assert ra["failed"] == 0
+        assert {k: ra[k] for k in rb} == rb  # same losses, pool sizes, payload bytes
+
+
+def in_process(tmp: Path, *extra: str, base: list[str] = TINY) -> ExperimentConfig:
+    cfg = config(tmp / "inproc", *extra, base=base)
+    run_experiment(cfg)
+    return cfg
+
+
+# --------------------------------------------------------------------------- fast
+
+
+def wire(msg: Message) -> Message:
+    """The message as the receiver gets it (deflated and inflated by Flower)."""
+    contents = {oid: o.deflate() for oid, o in get_all_nested_objects(msg).items()}
+    out = inflate_object_from_contents(msg.object_id, contents)
+    assert isinstance(out, Message)
+    return out
+
+
+class LoopbackGrid(Grid):
+    """A Grid whose nodes are ClientApp calls in this process (one Context each)."""
+
+    def __init__(
+        self,
+        node_configs: dict[int, dict[str, Any]],
+        run_config: dict[str, Any],
+        drop: Iterable[tuple[int, int]] = (),
+    ) -> None:
+        self.contexts = {
+            n: Context(1, n, dict(nc), RecordDict(), dict(run_config))
+            for n, nc in node_configs.items()
+        }
+        self.drop = set(drop)  # (node, round): no reply, as a dead node
+        self.replies: dict[str, Message] = {}
+
+    def set_run(self, run: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def run(self) -> Any:
+        raise NotImplementedError
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        raise NotImplementedError
+
+    def get_node_ids(self) -> list[int]:
+        return sorted(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        ids = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = msg.object_id  # as Flower's grids
+            ids.append(msg.metadata.message_id)
+            node = msg.metadata.dst_node_id
+            header = msg.content.config_records[META]
+            if (node, header.get("round")) in self.drop:
+                continue
+            received = wire(msg)
+            received.metadata.__dict__["_message_id"] = msg.metadata.message_id
+            reply = client_app(received, self.contexts[node])
+            self.replies[msg.metadata.message_id] = wire(reply)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        raise AssertionError("FlowerRun must not use the 3-second polling loop")
+
+
+@pytest.fixture
+def task_identity() -> Iterator[None]:
+    """Messages built outside a Flower process need a run and node identity."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def run_over_grid(
+    cfg: ExperimentConfig,
+    nodes: dict[int, dict[str, Any]],
+    drop: Iterable[tuple[int, int]] = (),
+    **settings: Any,
+) -> list[dict[str, Any]]:
+    grid = LoopbackGrid(nodes, {RC_CONFIG: cfg.to_yaml()}, drop)
+    opts = {"wait_nodes": 1.0, "reply_timeout": 0.5, **settings}
+    return run_federation(grid, cfg, FlowerSettings(**opts))
+
+
+def nodes_for(*clients: str, **extra: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {
+        100 + i: {"client-id": c, **extra.get(c.split("/")[0], {})}
+        for i, c in enumerate(clients)
+    }
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedstain", "fedbn"])
+def test_grid_run_equals_in_process(
+    tmp_path: Path, task_identity: None, algorithm: str
+) -> None:
+    extra = f"algorithm.name={algorithm}"
+    cfg = config(tmp_path / "flower", extra)
+    run_over_grid(cfg, nodes_for("hospital_0/c0", "hospital_1/c0", "hospital_2/c0"))
+    assert_same_run(cfg, in_process(tmp_path, extra))
+
+
+def test_grid_partitions_of_one_hospital_equal_in_process(
+    tmp_path: Path, task_identity: None
+) -> None:
+    extra = ("partition.clients_per_domain=2", "train.client_fraction=0.5")
+    cfg = config(tmp_path / "flower", *extra)
+    ids = ["hospital_0/c0", "hospital_0/c1", "hospital_1/c0", "hospital_1/c1"]
+    run_over_grid(cfg, nodes_for(*ids))
+    assert_same_run(cfg, in_process(tmp_path, *extra))
+
+
+def test_failed_and_silent_clients_are_logged_and_rounds_go_on(
+    tmp_path: Path, task_identity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = config(tmp_path / "flower", "train.min_replies=1", base=FOUR)
+    nodes = nodes_for(
+        "hospital_0/c0",
+        "hospital_1/c0",
+        "hospital_2/c0",
+        hospital_1={"data-params": "{num_hospitals: 4, image_size: [32"},
+    )
+    with caplog.at_level("ERROR", logger="fedpath"):
+        run_over_grid(cfg, nodes, drop=[(102, 2)])
+    failures = records(cfg, "failure")
+    assert [(f["round"], f["client"], f["node"]) for f in failures] == [
+        (1, "hospital_1/c0", 101),
+        (2, "hospital_1/c0", 101),
+        (2, "hospital_2/c0", 102),
+    ]
+    assert "client hospital_1/c0 (node 101): ConfigError" in failures[0]["reason"]
+    assert "data-params" in failures[0]["reason"]
+    assert "no reply within reply-timeout=0.5 s" in failures[2]["reason"]
+    assert [r["failed"] for r in records(cfg, "round")] == [1, 2]
+    assert (run_dir_for(cfg, "hospital_3", 0) / "final.json").is_file()
+    assert "client hospital_2/c0 (node 102) failed" in caplog.text
+
+
+def test_on_failure_stop_then_resume_equals_uninterrupted(
+    tmp_path: Path, task_identity: None
+) -> None:
+    cfg = config(tmp_path / "flower", base=FOUR)
+    ids = ("hospital_0/c0", "hospital_1/c0", "hospital_2/c0")
+    with pytest.raises(RuntimeError, match=r"client hospital_2/c0 \(node 102\) failed"):
+        run_over_grid(cfg, nodes_for(*ids), drop=[(102, 2)], on_failure="stop")
+    assert not (run_dir_for(cfg, "hospital_3", 0) / "final.json").exists()
+    run_over_grid(cfg, nodes_for(*ids), resume=True)
+    assert_same_run(cfg, in_process(tmp_path, base=FOUR))
+
+
+def test_too_few_replies_stop_the_run(tmp_path: Path, task_identity: None) -> None:
+    cfg = config(tmp_path / "flower", "train.min_replies=2")
+    with pytest.raises(RuntimeError, match="1 replies, fewer than train.min_replies=2"):
+        run_over_grid(cfg, nodes_for("hospital_0/c0", "hospital_1/c0"), [(101, 1)])
+
+
+def stage_message(cfg: ExperimentConfig, payload: Payload, **header: Any) -> Message:
+    content = payload_to_records(payload)
+    content[META] = ConfigRecord(
+        {
+            "protocol": PROTOCOL,
+            "stage": "fit",
+            "round": 1,
+            "client": "hospital_0/c0",
+            "seed": 0,
+            "target": "hospital_2",
+            "sources": ["hospital_0", "hospital_1"],
+            "classes": ["normal", "tumour"],
+            **header,
+        }
+    )
+    msg = Message(content, dst_node_id=7, message_type="train")
+    msg.metadata.__dict__["_message_id"] = msg.object_id
+    return wire(msg)
+
+
+@pytest.mark.parametrize(
+    ("node_config", "header", "payload", "expected"),
+    [
+        ({"data-name": "manifest", "data-root": "/no/such/dir"}, {}, None, "no/such"),
+        ({"data-params": "{image_size: [32"}, {}, None, "bad YAML"),
+        ({"data-params": "[1, 2]"}, {}, None, "expected a YAML mapping"),
+        ({}, {"classes": ["benign", "malignant"]}, None, "classes ['normal', 'tum"),
+        ({}, {}, {"conv1.weight": np.zeros((3, 3))}, "entries the model lacks"),
+        ({}, {}, "wrong-shape", "size mismatch"),
+        ({}, {"client": "hospital_1/c0"}, None, "the message is for hospital_1/c0"),
+        ({}, {"protocol": 99}, None, "coordinator speaks protocol 99"),
+        ({}, {"stage": "distill"}, None, "has no stage 'distill'"),
+    ],
+)
+def test_bad_input_on_a_node_is_an_error_reply_naming_it(
+    tmp_path: Path,
+    task_identity: None,
+    node_config: dict[str, Any],
+    header: dict[str, Any],
+    payload: Any,
+    expected: str,
+) -> None:
+    import fedpath.models.backbones as backbones
+    from fedpath.config import ModelConfig
+
+    cfg = config(tmp_path)
+    model = backbones.build_model(
+        ModelConfig("small_cnn", None, {"widths": [8, 16]}), 2
+    )
+    weights = {k: v.numpy() for k, v in model.state_dict().items()}
+    if payload == "wrong-shape":
+        name = next(k for k, v in weights.items() if v.ndim == 4)
+        weights[name] = np.zeros((1, *weights[name].shape[1:]), np.float32)
+    elif payload is not None:
+        weights = payload
+    msg = stage_message(cfg, Payload({"weights": weights}), **header)
+    context = Context(
+        1, 7, {"client-id": "hospital_0/c0", **node_config}, RecordDict(), {}
+    )
+    context.run_config[RC_CONFIG] = cfg.to_yaml()
+    reply = client_app(msg, context)
+    assert reply.has_error()
+    reason = reply.error.reason or ""
+    assert reason.startswith("client hospital_0/c0 (node 7): "), reason
+    assert expected in reason, reason
+
+
+def test_node_without_client_id_says_so(task_identity: None) -> None:
+    hello = Message(
+        RecordDict({META: ConfigRecord({"protocol": PROTOCOL})}),
+        dst_node_id=9,
+        message_type="query.hello",
+    )
+    hello.metadata.__dict__["_message_id"] = hello.object_id
+    reply = client_app(wire(hello), Context(1, 9, {}, RecordDict(), {}))
+    assert reply.has_error()
+    assert "node 9: node config has no 'client-id'" in (reply.error.reason or "")
+
+
+DP = {"dp-clipping-norm": 1.0, "dp-epsilon": 5.0, "dp-delta": 1e-5}
+
+
+def test_local_dp_noises_fedavg_replies(tmp_path: Path, task_identity: None) -> None:
+    """Flower's LocalDpMod on the fit replies (GroupNorm: no running statistics)."""
+    extra = "model.params.norm=group"
+    cfg = config(tmp_path / "flower", extra)
+    nodes = nodes_for("hospital_0/c0", "hospital_1/c0", hospital_0=DP, hospital_1=DP)
+    run_over_grid(cfg, nodes)
+    assert records(cfg, "failure") == []
+    ref = in_process(tmp_path, extra)
+    a, b = final_state(cfg), final_state(ref)
+    assert not all(torch.equal(a[k], b[k]) for k in b)
+
+
+def test_local_dp_refuses_multi_group_payloads(
+    tmp_path: Path, task_identity: None
+) -> None:
+    """FedStain's fit message carries weights and the pool: two ArrayRecords."""
+    cfg = config(tmp_path / "flower", "algorithm.name=fedstain")
+    nodes = nodes_for("hospital_0/c0", "hospital_1/c0", hospital_0=DP)
+    run_over_grid(cfg, nodes)
+    failures = records(cfg, "failure")
+    assert {(f["round"], f["stage"], f["client"]) for f in failures} == {
+        (1, "fit", "hospital_0/c0"),
+        (2, "fit", "hospital_0/c0"),
+    }
+    assert (
+        "LocalDpMod expects exactly one ArrayRecord, but found 2"
+        in (failures[0]["reason"])
+    )
+
+
+def test_settings_are_checked() -> None:
+    from fedpath.config import ConfigError
+
+    with pytest.raises(ConfigError, match="'on-failure'"):
+        FlowerSettings.from_run_config({RC_ON_FAILURE: "retry"})
+    with pytest.raises(ConfigError, match="'reply-timeout': expected > 0"):
+        FlowerSettings.from_run_config({RC_REPLY_TIMEOUT: 0})
+    s = FlowerSettings.from_run_config(
+        {RC_RESUME: True, RC_WAIT_NODES: 5, RC_REPLY_TIMEOUT: 1.5}
+    )
+    assert s.resume and s.wait_nodes == 5.0 and s.reply_timeout == 1.5
+
+
+# --------------------------------------------------------------------------- slow
+
+
+@dataclass
+class Federation:
+    root: Path
+    address: str
+    home: Path
+    app: Path
+    connection: str
+    services: list[deploy.Service]
+
+    def run(
+        self, cfg: ExperimentConfig, timeout: float = 300.0, **run_config: Any
+    ) -> int:
+        values = {
+            RC_CONFIG: cfg.to_yaml(),
+            RC_REPLY_TIMEOUT: 120.0,
+            RC_WAIT_NODES: 60.0,
+            **run_config,
+        }
+        run_id = deploy.start_run(self.app, self.connection, self.home, values)
+        final = run_dir_for(cfg, cfg.lodo.targets[0], 0) / "final.json"
+        try:
+            deploy.wait_run(
+                run_id, self.connection, self.home, timeout, done=final.is_file
+            )
+        except deploy.DeployError as err:
+            logs = deploy.run_logs(run_id, self.connection, self.home)
+            raise AssertionError(f"{err}\n--- run logs:\n{logs[-4000:]}") from None
+        status = deploy.run_status(run_id, self.connection, self.home)
+        assert final.is_file(), (
+            f"run {run_id} {status}:\n"
+            f"{deploy.run_logs(run_id, self.connection, self.home)[-4000:]}"
+        )
+        return run_id
+
+    def stop(self) -> None:
+        for svc in reversed(self.services):
+            svc.stop()
+
+
+def start_federation(
+    root: Path,
+    clients: Iterable[str],
+    tls: deploy.TlsFiles | None = None,
+    keys: dict[str, tuple[Path, Path]] | None = None,
+) -> Federation:
+    link, address = deploy.start_superlink(
+        root / "link", tls=tls, node_auth=keys is not None
+    )
+    fed = Federation(
+        root,
+        address,
+        root / "cli",
+        deploy.write_app(root / "app"),
+        "test",
+        [link],
+    )
+    try:
+        deploy.write_connection(
+            fed.home, "test", address, tls.ca_cert if tls is not None else None
+        )
+        for i, cid in enumerate(clients):
+            key = None
+            if keys is not None:
+                key, public = keys[cid]
+                deploy.register_node(public, "test", fed.home)
+            fed.services.append(
+                deploy.start_supernode(
+                    root,
+                    f"node{i}",
+                    address,
+                    {"client-id": cid},
+                    tls.ca_cert if tls is not None else None,
+                    key,
+                )
+            )
+        for svc in fed.services[1:]:
+            svc.wait_log("SuperNode ID", 60)
+    except BaseException:
+        fed.stop()
+        raise
+    return fed
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    fed = start_federation(
+        tmp_path_factory.mktemp("flower"), ["hospital_0/c0", "hospital_1/c0"]
+    )
+    yield fed
+    fed.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedstain"])
+def test_deployment_equals_in_process(
+    federation: Federation, tmp_path: Path, algorithm: str
+) -> None:
+    extra = f"algorithm.name={algorithm}"
+    cfg = config(tmp_path / "flower", extra)
+    federation.run(cfg)
+    assert_same_run(cfg, in_process(tmp_path, extra))
+
+
+@pytest.mark.slow
+def test_node_killed_mid_run(federation: Federation, tmp_path: Path) -> None:
+    """The round completes with the remaining node after reply-timeout."""
+    cfg = config(tmp_path / "flower", "train.min_replies=1")
+    results = run_dir_for(cfg, "hospital_2", 0) / "results.jsonl"
+
+    def round_one_done() -> bool:
+        return (
+            results.is_file() and '"kind": "round", "round": 1' in results.read_text()
+        )
+
+    values = {RC_CONFIG: cfg.to_yaml(), RC_REPLY_TIMEOUT: 45.0, RC_WAIT_NODES: 60.0}
+    run_id = deploy.start_run(federation.app, "test", federation.home, values)
+    deploy.wait_for(round_one_done, 240, "round 1 of the run", federation.services)
+    doomed = federation.services[2]  # serves hospital_1/c0
+    doomed.stop(kill=True)  # the hospital's machine goes down: no reply, no goodbye
+    final = run_dir_for(cfg, "hospital_2", 0) / "final.json"
+    try:
+        deploy.wait_run(run_id, "test", federation.home, 240, done=final.is_file)
+    finally:  # the next test gets a federation of two again
+        federation.services[2] = deploy.start_supernode(
+            federation.root,
+            "node1-again",
+            federation.address,
+            {"client-id": "hospital_1/c0"},
+        )
+    rounds = [r for r in read_jsonl(results) if r["kind"] == "round"]
+    assert [r["failed"] for r in rounds] == [0, 1]
+    failures = [r for r in read_jsonl(results) if r["kind"] == "failure"]
+    assert [(f["round"], f["client"]) for f in failures] == [(2, "hospital_1/c0")]
+    # the SuperLink answers for a node it lost, or nothing arrives in time
+    reason = failures[0]["reason"]
+    assert "no reply within reply-timeout=45 s" in reason or "node" in reason.lower()
+    node = failures[0]["node"]
+    logs = deploy.run_logs(run_id, "test", federation.home)
+    assert f"client hospital_1/c0 (node {node}) failed" in logs
+    assert json.loads(final.read_text())["round"] == 2
+    federation.services[2].wait_log("SuperNode ID", 60)
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    root = tmp_path_factory.mktemp("secure")
+    tls = deploy.make_certificates(root / "certs")
+    clients = ["hospital_0/c0", "hospital_1/c0"]
+    keys = {
+        c: deploy.make_node_keys(root / "keys", f"h{i}") for i, c in enumerate(clients)
+    }
+    fed = start_federation(root, clients, tls, keys)
+    yield fed
+    fed.stop()
+
+
+@pytest.mark.slow
+def test_tls_and_authenticated_nodes_equal_in_process(
+    secure: Federation, tmp_path: Path
+) -> None:
+    assert "Uvicorn running on https://" in secure.services[0].log_text()
+    cfg = config(tmp_path / "flower", "train.rounds=1")
+    secure.run(cfg)
+    assert_same_run(cfg, in_process(tmp_path, "train.rounds=1"))
+
+
+@pytest.mark.slow
+def test_unregistered_node_is_refused(secure: Federation) -> None:
+    key, _ = deploy.make_node_keys(secure.root / "keys", "rogue")
+    ca = secure.root / "certs" / "ca.crt"
+    rogue = deploy.start_supernode(
+        secure.root,
+        "rogue",
+        secure.address,
+        {"client-id": "hospital_0/c0"},
+        ca,
+        key,
+        max_wait=5,
+    )
+    secure.services.append(rogue)
+    deploy.wait_for(lambda: not rogue.alive(), 60, "the rogue node to give up", rogue)
+    assert rogue.proc.returncode != 0
+    assert "Failed to activate SuperNode" in rogue.log_text()
+    assert "No SuperNode found with the given public key" in (
+        secure.services[0].log_text()
+    )
+    listed = deploy.flwr(["supernode", "ls", "test", "--format", "json"], secure.home)
+    assert listed.stdout.count('"node-id"') == 2, listed.stdout

@@ -1,0 +1,186 @@
+"""FedHD distillation: the alignment loss, its optimisation and the ablations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedpath.mil.bags import SlideBag, synthetic_bags
+from fedpath.mil.distill import (
+    alignment_loss,
+    allocate_tokens,
+    compress_slides,
+    distill_features,
+    distill_slide,
+    distill_slides,
+)
+from fedpath.mil.gmm import GMM, fit_gmm
+
+
+def _numpy_loss(tokens: np.ndarray, assign: np.ndarray, g: GMM, cov: bool) -> float:
+    """L_align written out directly: explicit per-component mean and covariance."""
+    total = 0.0
+    for m in range(g.num_components):
+        y = tokens[assign == m]
+        if len(y) == 0:
+            continue
+        mu = y.mean(0)
+        total += float(((g.means[m].numpy() - mu) ** 2).sum())
+        if cov:
+            sigma = (y - mu).T @ (y - mu) / len(y)
+            target = g.covs[m].numpy()
+            if g.covariance == "diag":
+                sigma = np.diag(sigma)
+            total += float(((target - sigma) ** 2).sum())
+    return total
+
+
+def _blobs(n: int = 600, d: int = 4, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    centres = 5 * torch.randn(4, d, generator=gen, dtype=torch.float64)
+    z = torch.randint(4, (n,), generator=gen)
+    scale = 0.3 + torch.rand(4, d, generator=gen, dtype=torch.float64)
+    return centres[z] + scale[z] * torch.randn(n, d, generator=gen, dtype=torch.float64)
+
+
+def test_allocate_tokens_is_proportional_with_a_floor() -> None:
+    w = torch.tensor([0.7, 0.2, 0.095, 0.005])
+    counts = allocate_tokens(w, 100)
+    # two each, then the other 92 in proportion (largest remainders)
+    assert int(counts.sum()) == 100 and counts.tolist() == [66, 20, 11, 3]
+    assert allocate_tokens(w, 6).tolist() == [2, 2, 1, 1]  # floor lowered to 1
+
+
+@pytest.mark.parametrize(
+    ("dim", "kind", "cov"),
+    [(4, "full", True), (4, "diag", True), (4, "full", False), (130, "full", True)],
+)
+def test_alignment_loss_matches_the_formula(dim: int, kind: str, cov: bool) -> None:
+    x = _blobs(n=900, d=dim)
+    g = fit_gmm(x, 3, kind, dtype=torch.float64)  # type: ignore[arg-type]
+    tokens = torch.randn(40, dim, dtype=torch.float64)
+    # unbalanced on purpose: with D > 128 this takes the per-component loop
+    assign = torch.tensor([0] * 30 + [1] * 6 + [2] * 4)
+    got = alignment_loss(tokens, assign, g, covariance_term=cov)
+    ref = _numpy_loss(tokens.numpy(), assign.numpy(), g, cov)
+    assert float(got) == pytest.approx(ref, rel=1e-9)
+    # components without tokens drop out; "assigned" weights by token share
+    only0 = alignment_loss(tokens[:30], assign[:30], g, covariance_term=cov)
+    assert float(only0) == pytest.approx(
+        _numpy_loss(tokens[:30].numpy(), assign[:30].numpy(), g, cov), rel=1e-9
+    )
+    weighted = alignment_loss(tokens[:30], assign[:30], g, cov, weighting="assigned")
+    assert float(weighted) == pytest.approx(float(only0), rel=1e-9)
+    # the gradient (custom backward of the covariance term) against autograd
+    # through an explicit covariance
+    tokens.requires_grad_(True)
+    alignment_loss(tokens, assign, g, covariance_term=cov).backward()
+    explicit = tokens.new_zeros(())
+    for m in range(3):
+        y = tokens[assign == m]
+        mu = y.mean(0)
+        explicit = explicit + (g.means[m] - mu).square().sum()
+        if cov:
+            sigma = (y - mu).T @ (y - mu) / len(y)
+            sigma = sigma.diagonal() if kind == "diag" else sigma
+            explicit = explicit + (g.covs[m] - sigma).square().sum()
+    (ref_grad,) = torch.autograd.grad(explicit, tokens)
+    assert tokens.grad is not None
+    assert torch.allclose(tokens.grad, ref_grad, rtol=1e-7, atol=1e-9)
+
+
+def test_distillation_aligns_every_component() -> None:
+    x = _blobs(n=800, d=4).float()
+    g = fit_gmm(x, 4)
+    res = distill_features(x, g, tokens=400, iters=300, lr=0.05, seed=0)
+    assert res.tokens.shape == (400, 4) and len(res.losses) == 301
+    assert res.losses[-1] < 1e-3 * res.losses[0] + 1e-4
+    assert res.losses[-1] <= min(res.losses[:10])
+    for m in range(4):
+        y = res.tokens[res.assignment == m].double()
+        mu, cov = g.means[m].double(), g.covs[m].double()
+        assert float((y.mean(0) - mu).norm()) < 1e-2 * float(mu.norm() + 1)
+        sigma = torch.cov(y.T, correction=0)
+        assert float((sigma - cov).norm()) < 0.02 * float(cov.norm())
+    # the tokens are a new sample, not copies of real patches
+    assert float(torch.cdist(res.tokens, x).min()) > 1e-4
+
+
+def test_mean_mode_matches_only_the_mean_and_single_mode_one_gaussian() -> None:
+    x = _blobs(n=800, d=6).float()
+    cov_real = torch.cov(x.T, correction=0)
+    mean_res = distill_features(x, mode="mean", tokens=300, iters=200)
+    assert float((mean_res.tokens.mean(0) - x.mean(0)).norm()) < 1e-2
+    cov_mean = torch.cov(mean_res.tokens.T, correction=0)
+    assert float((cov_mean - cov_real).norm()) > 0.5 * float(cov_real.norm())
+    single = distill_features(x, mode="single", tokens=300, iters=200)
+    assert single.target.num_components == 1
+    assert float((single.tokens.mean(0) - x.mean(0)).norm()) < 1e-2
+    cov_single = torch.cov(single.tokens.T, correction=0)
+    assert float((cov_single - cov_real).norm()) < 0.01 * float(cov_real.norm())
+    with pytest.raises(ValueError, match="one-component"):
+        distill_features(x, fit_gmm(x, 4), mode="single", iters=1)
+
+
+def _near_rare(bag: SlideBag, centre: torch.Tensor, radius: float) -> float:
+    return float(((bag.features - centre).norm(dim=1) < radius).float().mean())
+
+
+def test_gmm_distillation_keeps_the_rare_component_single_gaussian_loses_it() -> None:
+    ds = synthetic_bags(1, 4, dim=32, patches=(400, 500), rare_fraction=0.05, seed=1)
+    pos = next(b for b in ds if b.label == 1)
+    neg = next(b for b in ds if b.label == 0)
+    centre = ds.meta["rare_centre"][pos.domain]
+    rare = ds.meta["rare_masks"][pos.slide_id]
+    radius = 1.25 * float((pos.features[rare] - centre).norm(dim=1).max())
+    kw = {"tokens": 400, "iters": 60}
+    frac: dict[tuple[str, int], float] = {}
+    for mode in ("gmm", "single", "mean"):
+        for bag in (pos, neg):
+            syn = distill_slide(bag, mode=mode, **kw)  # type: ignore[arg-type]
+            frac[mode, bag.label] = _near_rare(syn, centre, radius)
+    real = float(rare.float().mean())
+    # M = 16: about the real share of rare tokens in the positive slide, none
+    # in the negative one; one Gaussian or a mean: no rare cluster at all
+    assert 0.5 * real <= frac["gmm", 1] <= 2 * real
+    assert frac["gmm", 0] == 0.0
+    for mode in ("single", "mean"):
+        assert frac[mode, 1] < 0.25 * real and frac[mode, 0] < 0.25 * real
+
+
+def test_distill_slide_metadata_seed_and_options() -> None:
+    x = _blobs(n=300, d=4).float()
+    bag = SlideBag("s7", x, 1, "hospital_2")
+    a = distill_slide(bag, components=4, tokens=50, iters=20, seed=3)
+    b = distill_slide(bag, components=4, tokens=50, iters=20, seed=3)
+    c = distill_slide(bag, components=4, tokens=50, iters=20, seed=4)
+    assert (a.slide_id, a.label, a.domain, a.coords) == (
+        "s7-syn",
+        1,
+        "hospital_2",
+        None,
+    )
+    assert a.features.shape == (50, 4) and torch.equal(a.features, b.features)
+    assert not torch.equal(a.features, c.features)
+    res = distill_features(
+        x, components=4, tokens=80, iters=60, reassign_every=10, init="random"
+    )
+    assert res.losses[-1] < 0.2 * res.losses[0]
+    res = distill_features(x, components=4, covariance="diag", tokens=80, iters=60)
+    assert res.target.covariance == "diag" and res.losses[-1] < res.losses[0]
+
+
+def test_one_to_one_and_many_to_one() -> None:
+    ds = synthetic_bags(1, 4, dim=8, patches=(60, 80), seed=0)
+    syn = distill_slides(ds.bags, components=4, tokens=30, iters=10, seed=5)
+    assert [s.slide_id for s in syn] == [f"{b.slide_id}-syn" for b in ds]
+    assert [s.label for s in syn] == [b.label for b in ds]
+    # slides are optimised in one batch; each equals its own run (seed + i)
+    for i, b in enumerate(ds):
+        alone = distill_slide(b, components=4, tokens=30, iters=10, seed=5 + i)
+        assert torch.allclose(alone.features, syn[i].features, atol=1e-5)
+    pooled = compress_slides(ds.bags, per_class=2, components=4, tokens=30, iters=10)
+    assert sorted(s.label for s in pooled) == [0, 0, 1, 1]
+    assert pooled[0].slide_id == "hospital_0-class0-syn0"
+    assert all(s.features.shape == (30, 8) for s in pooled)

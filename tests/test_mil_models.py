@@ -1,0 +1,200 @@
+"""MIL models (ABMIL, CLAM-SB/MB, TransMIL, ACMIL) and local MIL training."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedpath.config import ConfigError
+from fedpath.evaluation.metrics import classification_metrics
+from fedpath.mil import MIL_MODELS, build_mil_model, synthetic_bags
+from fedpath.mil.bags import SlideBag
+from fedpath.mil.train import evaluate_mil, train_mil
+from fedpath.mil.transmil import NystromAttention, iterative_pinv
+from fedpath.registry import UnknownNameError
+
+D, C = 12, 3
+SMALL = {
+    "abmil": {"hidden": 16, "attn_dim": 8},
+    "clam_sb": {"hidden": 16, "attn_dim": 8},
+    "clam_mb": {"hidden": 16, "attn_dim": 8},
+    "acmil": {"hidden": 16, "attn_dim": 8, "n_token": 3},
+    "transmil": {"hidden": 16, "heads": 2, "landmarks": 8, "residual_kernel": 5},
+}
+BRANCHES = {"abmil": 1, "clam_sb": 1, "clam_mb": C, "acmil": 3, "transmil": 1}
+
+
+def _model(name: str, **extra: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_mil_model(name, D, C, {**SMALL[name], **extra})
+
+
+def test_registry_lists_the_five_models() -> None:
+    assert set(MIL_MODELS.names()) == set(SMALL)
+    with pytest.raises(UnknownNameError, match="abmil, acmil"):
+        build_mil_model("abmli", D, C)
+    with pytest.raises(ConfigError, match="hiden"):
+        build_mil_model("abmil", D, C, {"hiden": 3})
+    with pytest.raises(ValueError, match=r"\(N >= 1, 12\)"):
+        _model("abmil")(torch.randn(4, 5))
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("n", [1, 3, 7, 30, 70])
+def test_shapes_for_every_bag_size(name: str, n: int) -> None:
+    model = _model(name).eval()
+    out = model(torch.randn(n, D))
+    assert out.logits.shape == (1, C) and out.aux_loss.shape == ()
+    assert out.attention.shape == (BRANCHES[name], n)
+    assert torch.allclose(out.attention.sum(1), torch.ones(BRANCHES[name]), atol=1e-5)
+    assert out.embedding is not None and out.embedding.shape[0] == 1
+    assert float(out.aux_loss) == 0.0  # eval mode: no auxiliary loss
+
+
+@pytest.mark.parametrize("name", ["abmil", "clam_sb", "clam_mb", "acmil"])
+def test_attention_models_are_permutation_invariant(name: str) -> None:
+    model = _model(name).eval()
+    x = torch.randn(40, D)
+    perm = torch.randperm(40)
+    a, b = model(x), model(x[perm])
+    assert torch.allclose(a.logits, b.logits, atol=1e-5)
+    assert torch.allclose(a.attention[:, perm], b.attention, atol=1e-6)
+
+
+def test_transmil_invariant_only_without_order_dependent_parts() -> None:
+    # square N, exact attention (N + 1 <= landmarks), no PPEG, no conv on V
+    model = _model("transmil", ppeg=False, residual_kernel=0, landmarks=32).eval()
+    x = torch.randn(25, D)
+    perm = torch.randperm(25)
+    assert torch.allclose(model(x).logits, model(x[perm]).logits, atol=1e-5)
+    # with PPEG the grid order matters: permuting changes the logits
+    full = _model("transmil").eval()
+    assert not torch.allclose(full(x).logits, full(x[perm]).logits, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_gradients_reach_the_feature_layer(name: str) -> None:
+    model = _model(name).train()
+    out = model(torch.randn(20, D), torch.tensor([1]))
+    loss = F.cross_entropy(out.logits, torch.tensor([1])) + out.aux_loss
+    loss.backward()
+    fc = model.fc[0].weight  # type: ignore[index]
+    assert fc.grad is not None and bool(fc.grad.abs().sum() > 0)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert all(bool(torch.isfinite(g).all()) for g in grads)
+    if name.startswith("clam") or name == "acmil":
+        assert float(out.aux_loss.detach()) > 0.0
+
+
+@pytest.mark.parametrize("name", ["clam_sb", "clam_mb"])
+def test_clam_instance_loss_small_bags(name: str) -> None:
+    model = _model(name).train()
+    assert float(model(torch.randn(1, D), 0).aux_loss) == 0.0  # N = 1: no pairs
+    out = model(torch.randn(5, D), 2)  # N < k_sample = 8: k = 2
+    out.aux_loss.backward()
+    heads = model.instance_heads  # type: ignore[attr-defined]
+    assert heads[2].weight.grad is not None  # the true class's classifier
+    assert heads[0].weight.grad is None  # not subtyping: other classes unused
+
+
+def test_clam_aux_is_the_weighted_instance_loss() -> None:
+    model = _model("clam_sb", dropout=0.0).train()
+    x = torch.randn(30, D)
+    out = model(x, 1)
+    h = model.fc(x)  # type: ignore[operator]
+    inst = model.instance_loss(h, out.attention, 1)  # type: ignore[operator]
+    assert torch.allclose(out.aux_loss, 0.3 / 0.7 * inst)
+
+
+def test_acmil_stkim_masks_some_top_patches_in_training() -> None:
+    model = _model("acmil", n_masked_patch=4, mask_drop=0.5)
+    x = torch.randn(30, D)
+    model.eval()
+    top = torch.topk(model(x).attention, 4, dim=1).indices
+    model.train()
+    att = model(x).attention
+    masked = att.gather(1, top) < 1e-12
+    assert masked.sum(1).tolist() == [2, 2, 2]  # int(4 * 0.5) per branch
+    assert int((att < 1e-12).sum()) == 6
+
+
+def test_acmil_aux_has_sub_prediction_and_diversity_terms() -> None:
+    model = _model("acmil", n_masked_patch=0)
+    x = torch.randn(30, D)
+    out = model.train()(x, 1)
+    z = out.attention @ model.fc(x)  # type: ignore[operator]
+    sub = torch.stack([h(z[m]) for m, h in enumerate(model.sub_heads)])  # type: ignore[arg-type]
+    ce = F.cross_entropy(sub, torch.ones(3, dtype=torch.long))
+    a = out.attention
+    div = torch.stack(
+        [F.cosine_similarity(a[i], a[j], dim=0) for i, j in [(0, 1), (0, 2), (1, 2)]]
+    ).mean()
+    assert torch.allclose(out.aux_loss, ce + div, atol=1e-6)
+
+
+@torch.no_grad()
+def test_iterative_pinv_and_nystrom_attention() -> None:
+    torch.manual_seed(0)
+    a = torch.softmax(torch.randn(3, 10, 10, dtype=torch.float64), -1)
+    assert torch.allclose(iterative_pinv(a, 30), torch.linalg.pinv(a), atol=1e-8)
+    attn = NystromAttention(16, 2, landmarks=128, residual_kernel=0)
+    x = torch.randn(100, 16)
+    out, first = attn(x)
+    q, k, v = attn.qkv(x).view(100, 3, 2, 8).permute(1, 2, 0, 3)
+    exact = torch.softmax((q * 8**-0.5) @ k.transpose(-1, -2), -1)
+    ref = attn.out((exact @ v).transpose(0, 1).reshape(100, -1))
+    assert torch.allclose(out, ref, atol=1e-5)  # n <= landmarks: exact path
+    assert torch.allclose(first, exact[:, 0], atol=1e-6)
+    attn.landmarks = 20  # Nystrom path: an approximation of the same output
+    approx, _ = attn(x)
+    assert float((approx - ref).norm() / ref.norm()) < 0.3
+
+
+def _toy(n_slides: int = 12) -> list[SlideBag]:
+    ds = synthetic_bags(1, n_slides, dim=D, patches=(30, 40), rare_fraction=0.1)
+    return ds.bags
+
+
+def test_train_mil_curriculum_schedule_and_determinism() -> None:
+    real, syn = _toy(6), _toy(4)[:2]
+    syn = [SlideBag(b.slide_id + "-syn", b.features, b.label, b.domain) for b in syn]
+    seen: list[int] = []
+
+    def run(**kw: object) -> tuple[dict[str, list[float]], torch.Tensor]:
+        model = _model("abmil")
+        state = torch.get_rng_state()
+        hist = train_mil(model, real, syn, epochs=5, t0=3, lr=1e-3, **kw)  # type: ignore[arg-type]
+        assert torch.equal(torch.get_rng_state(), state)  # caller's RNG untouched
+        return hist, model.classifier.weight.detach().clone()  # type: ignore[union-attr]
+
+    h1, w1 = run(on_epoch=lambda e, s: seen.append(e))
+    h2, w2 = run()
+    assert all(np.allclose(h1[k], h2[k], equal_nan=True) for k in h1)
+    assert torch.equal(w1, w2) and seen == [0, 1, 2, 3, 4]
+    assert h1["synthetic_bags"] == [0, 0, 0, 2, 2]
+    assert math.isnan(h1["loss_synthetic"][0]) and h1["loss_synthetic"][3] <= 1 / 0.7
+    h3, _ = run(curriculum=False, loss_synthetic="ce")
+    assert h3["synthetic_bags"] == [2] * 5
+    assert not torch.equal(run(seed=1)[1], w1)
+
+
+def test_train_mil_learns_and_evaluates() -> None:
+    ds = synthetic_bags(1, 32, dim=D, patches=(30, 40), rare_fraction=0.1)
+    train, test = ds.train_test_split(0.25)
+    model = _model("abmil")
+    hist = train_mil(model, train.bags, epochs=20, lr=1e-3)
+    assert hist["loss"][-1] < 0.5 * hist["loss"][0]
+    probs, labels = evaluate_mil(model, test.bags)
+    assert probs.shape == (8, C) and np.allclose(probs.sum(1), 1.0)
+    assert classification_metrics(labels, probs)["balanced_accuracy"] >= 0.85
+    assert not model.training
+
+
+def test_train_mil_rejects_other_embedding_spaces() -> None:
+    other = [SlideBag("x-syn", torch.randn(5, D + 1), 0, "h")]
+    with pytest.raises(ValueError, match="'x-syn' has D=13"):
+        train_mil(_model("abmil"), _toy(2), other, epochs=1)

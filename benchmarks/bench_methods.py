@@ -6,6 +6,8 @@ Default: FedAvg, FedCCRL and FedStain on the synthetic hospitals
     python benchmarks/bench_methods.py
     python benchmarks/bench_methods.py --suite configs/amibr_methods.yaml \\
         --metric balanced_accuracy --methods fedavg,fedccrl,fedstain
+    python benchmarks/bench_methods.py --suite configs/fedhd/methods.yaml \\
+        --methods all seeds=[0,1,2]      # FedHD: clients x methods, suite's metrics
 
 Results go to a fresh directory (``--out``, default a temporary one); the tables
 printed are mean ± std over seeds per target with the Avg column.
@@ -25,8 +27,8 @@ from fedpath.cli import main as fedpath_main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--suite", default="configs/synthetic_methods.yaml")
-    ap.add_argument("--methods", default="fedavg,fedccrl,fedstain")
-    ap.add_argument("--metric", default="accuracy")
+    ap.add_argument("--methods", default="fedavg,fedccrl,fedstain", help="or 'all'")
+    ap.add_argument("--metric", default=None, help="default: the suite's metrics")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument(
         "--resume",
@@ -44,10 +46,8 @@ def main() -> None:
                 args.suite,
                 *args.overrides,
                 f"output_dir={out}",
-                "--only",
-                args.methods,
-                "--metric",
-                args.metric,
+                *(["--only", args.methods] if args.methods != "all" else []),
+                *(["--metric", args.metric] if args.metric else []),
                 "--quiet",
             ]
         )

@@ -22,6 +22,9 @@ from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.base import DataError, DomainDataset
 from fedpath.registry import UnknownNameError
 
+#: the packaged demos: ``fedpath demo [NAME]``
+DEMOS = ("stain", "fedhd", "fedad")
+
 
 def _packaged_config(name: str) -> Path:
     return Path(str(resources.files("fedpath") / "configs" / f"{name}.yaml"))
@@ -74,12 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="train the methods on the synthetic hospitals, print the table",
-        description="Leave-one-hospital-out on the synthetic stain-shift hospitals "
-        "for every method of the demo suite (fedpath/configs/demo.yaml) and 2 seeds; "
-        "prints the papers' table. Overrides apply to every method.",
+        help="train the methods on synthetic hospitals, print the table",
+        description="Without NAME: leave-one-hospital-out on the synthetic "
+        "stain-shift hospitals for every method of the demo suite "
+        "(fedpath/configs/demo.yaml) and 2 seeds; prints the papers' table. "
+        "NAME 'fedhd': FedHD and its baselines on synthetic slide bags with a "
+        "different MIL model per hospital (clients x methods table). NAME 'fedad': "
+        "federated self-supervised pre-training, then the linear probe on the "
+        "held-out hospital. Overrides apply to every method.",
     )
-    demo.add_argument("overrides", nargs="*", metavar="key=value")
+    demo.add_argument(
+        "overrides", nargs="*", metavar="[NAME] key=value", help="NAME: fedhd, fedad"
+    )
     demo.add_argument("--methods", help="comma-separated subset of the demo's methods")
     demo.add_argument("--resume", action="store_true")
     common(demo)
@@ -101,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     suite.add_argument("--only", help="comma-separated subset of the variants")
     suite.add_argument("--resume", action="store_true")
-    suite.add_argument("--metric", default="accuracy")
+    suite.add_argument(
+        "--metric", help="metric to tabulate (default: the suite's, else accuracy)"
+    )
     common(suite)
 
     table = sub.add_parser(
@@ -118,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="accuracy, balanced_accuracy, macro_f1, auroc or mcc",
     )
     table.add_argument(
-        "--split", default="target", choices=["target", "source_mean", "source_worst"]
+        "--split",
+        default="target",
+        choices=["target", "source_mean", "source_worst", "clients"],
     )
     table.add_argument(
         "--format", default="markdown", choices=["markdown", "csv", "latex"]
@@ -188,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     flower_cli.register(sub)
 
+    from fedpath.ssl import cli as ssl_cli
+
+    ssl_cli.register(sub)
+
     sr = sub.add_parser(
         "stain-report",
         help="per-domain stain-intensity histograms, Q-Q plots, skewness/kurtosis",
@@ -228,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_suite(args, quiet)
         if args.command == "table":
             return _cmd_table(args, quiet)
+        if hasattr(args, "ssl_handler"):
+            return int(args.ssl_handler(args))
         if hasattr(args, "flower_handler"):
             from fedpath.runtime.flower import cli as flower_cli
 
@@ -274,21 +293,28 @@ def _only(text: str | None) -> list[str] | None:
 
 
 def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.runtime.suite import load_suite
+    from fedpath.runtime.suite import load_suite, suite_metrics
 
-    description, configs = load_suite(
-        _packaged_config("demo"), args.overrides, _only(args.methods)
-    )
-    return _run_suite(
-        description, configs, quiet, args.resume, ("accuracy", "balanced_accuracy")
-    )
+    overrides = list(args.overrides)
+    name = overrides.pop(0) if overrides and "=" not in overrides[0] else "stain"
+    files = {"stain": "demo", **{d: f"demo_{d}" for d in DEMOS if d != "stain"}}
+    if name not in files:
+        raise ConfigError(
+            f"demo {name!r} does not exist; choices: {', '.join(DEMOS)} (no name: "
+            "stain)"
+        )
+    path = _packaged_config(files[name])
+    description, configs = load_suite(path, overrides, _only(args.methods))
+    metrics = suite_metrics(path) or ["accuracy", "balanced_accuracy"]
+    return _run_suite(description, configs, quiet, args.resume, metrics)
 
 
 def _cmd_suite(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.runtime.suite import load_suite
+    from fedpath.runtime.suite import load_suite, suite_metrics
 
     description, configs = load_suite(args.suite, args.overrides, _only(args.only))
-    return _run_suite(description, configs, quiet, args.resume, (args.metric,))
+    metrics = [args.metric] if args.metric else suite_metrics(args.suite)
+    return _run_suite(description, configs, quiet, args.resume, metrics or ["accuracy"])
 
 
 def _run_suite(
@@ -305,10 +331,14 @@ def _run_suite(
     head = configs[0]
     first = load_dataset(head.data)
     datasets: dict[str, DomainDataset] = {repr(head.data): first}
-    targets = first.domains if head.lodo.targets == "all" else head.lodo.targets
+    per_client = head.evaluation.protocol == "local" and head.lodo.targets == "none"
+    if per_client:
+        shape = f"{len(first.domains)} hospitals evaluated on their own test slides"
+    else:
+        targets = first.domains if head.lodo.targets == "all" else head.lodo.targets
+        shape = f"{len(targets)} unseen domains"
     console.print(
-        f"{description}: {len(configs)} methods x {len(targets)} unseen domains x "
-        f"{len(head.seeds)} seeds"
+        f"{description}: {len(configs)} methods x {shape} x {len(head.seeds)} seeds"
     )
     start = time.perf_counter()
     with make_reporter(quiet) as rep:
@@ -323,9 +353,11 @@ def _run_suite(
         f"{', '.join(map(str, outs))}"
     )
     labels = [c.method for c in configs]
+    split = "clients" if per_client else "target"
     for metric in metrics:
-        _print_table(outs, metric, "target", "markdown", None, quiet, labels)
-    _print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
+        _print_table(outs, metric, split, "markdown", None, quiet, labels)
+    if head.lodo.source_eval and head.evaluation.protocol == "classifier":
+        _print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
     return 0
 
 
@@ -343,16 +375,24 @@ def _print_table(
     quiet: bool,
     methods: Sequence[str] | None = None,
 ) -> None:
-    from fedpath.evaluation.metrics import METRIC_NAMES
     from fedpath.evaluation.tables import build_table, to_csv, to_latex, to_markdown
     from fedpath.runtime.experiment import collect_rows
     from fedpath.utils.io import atomic_write_text
 
-    if metric not in METRIC_NAMES:
-        raise ConfigError(
-            f"--metric: expected one of {', '.join(METRIC_NAMES)}, got {metric!r}"
-        )
     rows = collect_rows(paths, split)
+    if rows and not any(metric in r.metrics for r in rows):
+        have = sorted(
+            {
+                k
+                for r in rows
+                for k, v in r.metrics.items()
+                if isinstance(v, int | float) and k != "n"
+            }
+        )
+        raise ConfigError(
+            f"--metric: {metric!r} is not among these runs' metrics; expected one "
+            f"of {', '.join(have)}"
+        )
     if methods is not None:  # keep the suite's methods, in the suite's order
         rows = sorted(
             (r for r in rows if r.method in methods),
@@ -364,6 +404,7 @@ def _print_table(
         "target": "unseen target domain",
         "source_mean": "source domains' test splits (mean)",
         "source_worst": "worst source domain",
+        "clients": "clients' own test splits",
     }[split]
     console = _console(False)  # the table is the output asked for, even when quiet
     if fmt == "markdown":

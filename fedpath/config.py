@@ -78,12 +78,14 @@ class PartitionConfig:
 class LodoConfig:
     """Leave-one-domain-out plan: every domain once as the unseen target, or a list.
 
+    ``targets: none`` holds no domain out: every domain trains, and each client is
+    evaluated on its own test split (``evaluation.protocol: local``; FedHD's setting).
     ``eval_split``: which part of the target domain is evaluated (``all``: every
     sample, as the FedDG papers do; ``test``: only its test split).
     ``source_eval``: also evaluate the global model on each source domain's test split.
     """
 
-    targets: Literal["all"] | list[str] = "all"
+    targets: Literal["all", "none"] | list[str] = "all"
     eval_split: Literal["all", "test"] = "all"
     source_eval: bool = True
 
@@ -195,6 +197,52 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    """How a run's models are evaluated.
+
+    ``protocol``:
+
+    - ``classifier``: the global model's predictions on the unseen target domain
+      (and on each source's test split);
+    - ``linear_probe``: self-supervised methods (FedAD): freeze the global encoder,
+      fit an L2 logistic regression on the target domain's train split (C chosen by
+      ``probe_folds``-fold cross-validation over ``probe_cs``, L-BFGS with
+      ``probe_max_iter`` iterations), evaluate once on its test split;
+    - ``local``: each client evaluates the model it would deploy (its own, for
+      FedHD and local training; else the global one) on its own test split and
+      reports metrics only; with a held-out target the global model is evaluated
+      there too.
+    """
+
+    protocol: Literal["classifier", "linear_probe", "local"] = "classifier"
+    probe_folds: int = 5
+    probe_max_iter: int = 100
+    probe_cs: list[float] = field(
+        default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0, 100.0]
+    )
+
+    def __post_init__(self) -> None:
+        _check(
+            self.probe_folds >= 2,
+            "evaluation.probe_folds",
+            "an integer >= 2",
+            self.probe_folds,
+        )
+        _check(
+            self.probe_max_iter >= 1,
+            "evaluation.probe_max_iter",
+            "an integer >= 1",
+            self.probe_max_iter,
+        )
+        _check(
+            len(self.probe_cs) >= 1 and all(c > 0 for c in self.probe_cs),
+            "evaluation.probe_cs",
+            "a non-empty list of positive numbers",
+            self.probe_cs,
+        )
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     """Where and how the in-process runtime runs.
 
@@ -226,9 +274,16 @@ class ExperimentConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def __post_init__(self) -> None:
+        _check(
+            self.lodo.targets != "none" or self.evaluation.protocol == "local",
+            "evaluation.protocol",
+            "'local' when lodo.targets is 'none' (no held-out domain to evaluate on)",
+            self.evaluation.protocol,
+        )
         _check(
             len(self.seeds) >= 1, "seeds", "a non-empty list of integers", self.seeds
         )
@@ -346,10 +401,20 @@ def build_config(raw: Mapping[str, Any]) -> ExperimentConfig:
     data = dataclasses.replace(
         cfg.data, params=_resolve(DATASETS, cfg.data.name, cfg.data.params, "data")
     )
+    from fedpath.mil import MIL_MODELS
+
+    # slide-bag datasets take a MIL model (abmil, transmil...) as their backbone
+    models = MIL_MODELS if cfg.model.backbone in MIL_MODELS else BACKBONES
+    if cfg.model.backbone not in models:
+        raise ConfigError(
+            f"config key 'model.backbone': unknown backbone {cfg.model.backbone!r}; "
+            f"valid choices: {', '.join(BACKBONES.names())} (images), "
+            f"{', '.join(MIL_MODELS.names())} (slide bags)"
+        )
     model = dataclasses.replace(
         cfg.model,
         params=_resolve(
-            BACKBONES,
+            models,
             cfg.model.backbone,
             cfg.model.params,
             "model",

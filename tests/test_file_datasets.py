@@ -156,7 +156,9 @@ def file_overrides(kind: str, root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["manifest", "folder", "camelyon17"])
-@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
+@pytest.mark.parametrize(
+    "algorithm", [n for n in ALGORITHMS.names() if ALGORITHMS.get(n).data == "images"]
+)
 def test_every_algorithm_on_every_file_dataset(
     tmp_path: Path, kind: str, algorithm: str
 ) -> None:

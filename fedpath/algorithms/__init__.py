@@ -3,12 +3,25 @@
 from fedpath.algorithms import (  # noqa: F401  (registration)
     fedalign,
     fedavg,
+    fedavg_mil,
     fedbn,
     fedccrl,
+    fedhd,
     fedprox,
     fedstain,
+    local_mil,
+    pooled_mil,
     strap,
 )
 from fedpath.algorithms.base import ALGORITHMS, AlgorithmSpec
 
 __all__ = ["ALGORITHMS", "AlgorithmSpec"]
+from fedpath.algorithms import (  # noqa: F401  (registration: self-supervised)
+    central,
+    elcfs,
+    fedad,
+    fedavg_ssl,
+    feddis,
+    fedprox_ssl,
+    moon,
+)

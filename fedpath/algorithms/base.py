@@ -22,16 +22,23 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedpath.config import TrainConfig
 from fedpath.data.base import Split
 from fedpath.models.backbones import FedModel
 from fedpath.registry import Registry
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+
+if TYPE_CHECKING:
+    from fedpath.mil.models import MILModel
+
+#: builds a MIL model: the configured one (``None``) or a registered name
+MILBuilder = Callable[[str | None], "MILModel"]
 
 
 class ProtocolError(RuntimeError):
@@ -53,7 +60,13 @@ def derive_seed(*parts: int | str) -> int:
 
 @dataclass
 class ClientContext:
-    """Everything a client half may use: its data, model factory, training config."""
+    """Everything a client half may use: its data, model factory, training config.
+
+    ``data`` is the client's training split, ``test`` its own test split (used by
+    :meth:`ClientAlgorithm.evaluate`). On a slide-bag dataset ``build_model``
+    raises and ``build_mil`` builds the configured MIL model (or a named one: FedHD
+    clients may each choose their architecture); on images ``build_mil`` is None.
+    """
 
     client_id: str
     domain: str
@@ -65,6 +78,8 @@ class ClientContext:
     seed: int
     device: torch.device
     on_epoch: Callable[[int, int], None] | None = None  # (epoch, total) progress
+    test: Split | None = None
+    build_mil: MILBuilder | None = None
 
     def seed_for(self, *tags: int | str) -> int:
         return derive_seed(self.seed, self.round, self.client_id, *tags)
@@ -80,6 +95,8 @@ class ServerContext:
     rounds: int
     seed: int
     build_model: Callable[[], FedModel]
+    build_mil: MILBuilder | None = None
+    local_epochs: int = 1
 
 
 class ClientAlgorithm(ABC):
@@ -96,6 +113,45 @@ class ClientAlgorithm(ABC):
     @abstractmethod
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
         """Answer one stage of a round."""
+
+    def deployed_model(self, payload: Payload, state: ClientState) -> nn.Module:
+        """The model this client would use: by default the broadcast global weights
+        (group ``weights``) plus the entries it keeps local (state group ``local``,
+        e.g. FedBN's norms). Personalised methods (FedHD) return their own."""
+        ctx = self.ctx
+        model: nn.Module = (
+            ctx.build_mil(None) if ctx.build_mil is not None else ctx.build_model()
+        )
+        own = model.state_dict()
+        if "weights" not in payload.arrays:
+            raise ProtocolError(
+                f"client {ctx.client_id}: no global weights to evaluate and no model "
+                f"of its own ({type(self).__name__})"
+            )
+        merged = {**payload.arrays["weights"], **state.arrays.get("local", {})}
+        model.load_state_dict(
+            {**own, **{k: torch.from_numpy(v) for k, v in merged.items() if k in own}}
+        )
+        return model.to(ctx.device)
+
+    def evaluate(self, payload: Payload, state: ClientState) -> dict[str, Any]:
+        """Metrics of :meth:`deployed_model` on this client's test split.
+
+        Only metrics leave the client, never predictions.
+        """
+        from fedpath.evaluation.metrics import classification_metrics
+        from fedpath.runtime.local import predict_split
+
+        test = self.ctx.test
+        if test is None or len(test) == 0:
+            return {}
+        model = self.deployed_model(payload, state)
+        probs = predict_split(
+            model, test, self.ctx.train.eval_batch_size, self.ctx.device
+        )
+        metrics: dict[str, Any] = dict(classification_metrics(test.labels, probs))
+        metrics["n"] = len(test)
+        return metrics
 
 
 class ServerAlgorithm(ABC):
@@ -125,6 +181,12 @@ class ServerAlgorithm(ABC):
         """The global model for evaluation on unseen domains (None: no global model)."""
         return None
 
+    def evaluate_payload(self, client: str) -> Payload:
+        """What ``client`` receives to evaluate its deployed model (default: the
+        global weights, if any)."""
+        weights = self.global_weights()
+        return Payload({"weights": weights} if weights is not None else {})
+
     @abstractmethod
     def state(self) -> Payload:
         """Everything needed to resume the server half after a crash."""
@@ -140,6 +202,8 @@ class AlgorithmSpec:
     client: type[ClientAlgorithm]
     server: type[ServerAlgorithm]
     summary: str
+    #: what the clients train on: "images", or "bags" (slides as patch embeddings)
+    data: str = "images"
 
 
 #: Registered algorithms; ``ALGORITHMS.params(name)`` is the params dataclass.
@@ -152,8 +216,11 @@ def register_algorithm(
     server: type[ServerAlgorithm],
     params: type | None = None,
     summary: str = "",
+    data: str = "images",
 ) -> AlgorithmSpec:
-    spec = AlgorithmSpec(client, server, summary or (client.__doc__ or "").strip())
+    spec = AlgorithmSpec(
+        client, server, summary or (client.__doc__ or "").strip(), data
+    )
     ALGORITHMS.register(name, params=params)(spec)
     return spec
 

@@ -32,6 +32,8 @@ class ImageStore(ABC):
     """Where the pixels live. ``load`` returns uint8 tensors of shape (B, 3, H, W)."""
 
     image_size: int
+    #: "images", or "bags" for slides as bags of embeddings (:mod:`fedpath.data.bags`)
+    kind: str = "images"
 
     @abstractmethod
     def load(self, indices: np.ndarray) -> torch.Tensor: ...
@@ -193,6 +195,11 @@ class DomainDataset:
     @property
     def image_size(self) -> int:
         return self.store.image_size
+
+    @property
+    def kind(self) -> str:
+        """``"images"`` or ``"bags"`` (slides as bags of patch embeddings)."""
+        return self.store.kind
 
     def check_domain(self, domain: str) -> None:
         if domain not in self.domains:

@@ -18,11 +18,16 @@ from fedpath.data.base import DataError, DomainDataset, Split
 
 @dataclass(frozen=True)
 class ClientData:
-    """One client (a hospital, or a part of one) and its local training samples."""
+    """One client (a hospital, or a part of one): its local training and test samples.
+
+    ``test`` is the client's share of its domain's test split (all of it when the
+    domain is one client): what ``evaluation.protocol: local`` evaluates on.
+    """
 
     client_id: str
     domain: str
     train: Split
+    test: Split | None = None
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,12 @@ class LodoFold:
 def lodo_plan(
     dataset: DomainDataset, targets: str | Sequence[str] = "all"
 ) -> list[LodoFold]:
-    """Every domain once as the unseen target (``"all"``), or the listed targets."""
+    """Every domain once as the unseen target (``"all"``), or the listed targets.
+
+    ``"none"``: one fold in which every domain trains (target ``"none"``).
+    """
+    if targets == "none":
+        return [LodoFold("none", list(dataset.domains))]
     if len(dataset.domains) < 2:
         raise ConfigError(
             f"lodo.targets: dataset {dataset.name!r} has {len(dataset.domains)} "
@@ -151,8 +161,14 @@ def make_clients(
         parts = dirichlet_partition(
             train.labels, k, cfg.alpha, rng, cfg.mode, cfg.min_client_size
         )
+        test = dataset.split(domain, "test")
+        # the domain's test split, dealt out at random in equal shares
+        deal = np.random.default_rng([seed, di, 104729]).permutation(len(test)) % k
         for ci, pos in enumerate(parts):
-            clients.append(ClientData(f"{domain}/c{ci}", domain, train.subset(pos)))
+            own_test = test.subset(np.flatnonzero(deal == ci))
+            clients.append(
+                ClientData(f"{domain}/c{ci}", domain, train.subset(pos), own_test)
+            )
     return clients
 
 

@@ -65,6 +65,7 @@ def train_mil(
     *,
     optimizer: Literal["adam", "adamw"] = "adam",
     aux_on_synthetic: bool = False,
+    penalty: Callable[[], Tensor] | None = None,
 ) -> dict[str, list[float]]:
     """Train ``model`` in place on real bags, then (from epoch ``t0``) also on
     synthetic bags; FedHD's local objective (module docstring).
@@ -89,6 +90,9 @@ def train_mil(
         from ``seed``; the caller's global RNG state is restored afterwards.
     on_epoch : callable, optional
         ``on_epoch(epoch, stats)`` after every epoch.
+    penalty : callable, optional
+        A regulariser added to every bag's loss (FedProx's proximal term);
+        its mean per epoch is reported as ``penalty``.
 
     Returns
     -------
@@ -111,8 +115,11 @@ def train_mil(
     device = next(model.parameters()).device
     start = 0 if not curriculum else t0
     history: dict[str, list[float]] = {
-        k: [] for k in ("loss", "loss_real", "loss_synthetic", "aux", "synthetic_bags")
-    }
+        k: []
+        for k in (
+            "loss", "loss_real", "loss_synthetic", "aux", "synthetic_bags", "penalty"
+        )
+    }  # fmt: skip
     cuda = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)
@@ -121,7 +128,7 @@ def train_mil(
             pool: list[tuple[SlideBag, bool]] = [(b, False) for b in real_bags]
             if synthetic_bags and epoch >= start:
                 pool += [(b, True) for b in synthetic_bags]
-            sums = {"real": 0.0, "syn": 0.0, "aux": 0.0}
+            sums = {"real": 0.0, "syn": 0.0, "aux": 0.0, "pen": 0.0}
             for i in torch.randperm(len(pool)).tolist():
                 bag, synthetic = pool[i]
                 label = torch.tensor([bag.label], device=device)
@@ -139,6 +146,10 @@ def train_mil(
                     loss = F.cross_entropy(out.logits, label) + out.aux_loss
                     sums["real"] += float(loss.detach())
                     sums["aux"] += float(out.aux_loss.detach())
+                if penalty is not None:
+                    pen = penalty()
+                    sums["pen"] += float(pen.detach())
+                    loss = loss + pen
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -149,6 +160,7 @@ def train_mil(
                 "loss_synthetic": sums["syn"] / n_syn if n_syn else math.nan,
                 "aux": sums["aux"] / len(real_bags),
                 "synthetic_bags": float(n_syn),
+                "penalty": sums["pen"] / len(pool),
             }
             for k, v in stats.items():
                 history[k].append(v)

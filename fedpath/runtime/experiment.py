@@ -80,12 +80,18 @@ def collect_rows(paths: Sequence[Path], split: str = "target") -> list[ResultRow
     """Final metrics of every finished run under ``paths`` as table rows.
 
     ``split``: ``target`` (the unseen domain), ``source_mean`` (mean accuracy over
-    the sources' test splits) or ``source_worst`` (the worst source domain).
+    the sources' test splits), ``source_worst`` (the worst source domain) or
+    ``clients`` (each client's own test split, ``evaluation.protocol: local``: one
+    row per client, so the table is clients x methods as in FedHD's).
     """
     rows = []
     for run in find_runs(paths):
         rec = json.loads((run / FINAL).read_text())
         ev = rec.get("evaluation", {})
+        if split == "clients":
+            for cid, metrics in ev.get("clients", {}).items():
+                rows.append(ResultRow(rec["method"], cid, int(rec["seed"]), metrics))
+            continue
         if split == "target":
             metrics = ev.get("target", {})
         elif split == "source_mean":
@@ -96,8 +102,8 @@ def collect_rows(paths: Sequence[Path], split: str = "target") -> list[ResultRow
             }
         else:
             raise ConfigError(
-                "split: expected 'target', 'source_mean' or 'source_worst', "
-                f"got {split!r}"
+                "split: expected 'target', 'source_mean', 'source_worst' or "
+                f"'clients', got {split!r}"
             )
         rows.append(ResultRow(rec["method"], rec["target"], int(rec["seed"]), metrics))
     if not rows:

@@ -15,10 +15,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedpath import __version__
 from fedpath.algorithms.base import (
@@ -29,11 +30,12 @@ from fedpath.algorithms.base import (
 )
 from fedpath.artifact import ModelMeta, save_model
 from fedpath.config import ConfigError, ExperimentConfig, resolve_params
+from fedpath.data.bags import BagStore
 from fedpath.data.base import DomainDataset, Split
 from fedpath.data.partition import ClientData, LodoFold, make_clients
 from fedpath.evaluation.metrics import classification_metrics, worst_group
 from fedpath.models.backbones import FedModel, build_model
-from fedpath.runtime.local import predict_probs
+from fedpath.runtime.local import encode_split, predict_split
 from fedpath.types import (
     ArrayDict,
     ClientState,
@@ -48,6 +50,9 @@ from fedpath.utils.io import (
     read_jsonl,
 )
 from fedpath.utils.progress import Reporter
+
+if TYPE_CHECKING:
+    from fedpath.mil.models import MILModel
 
 CHECKPOINT = "checkpoint.pt"
 RESULTS = "results.jsonl"
@@ -87,6 +92,17 @@ class InProcessRun:
         self.reporter = reporter or Reporter()
         self.device = torch.device(cfg.runtime.device)
         self.spec = ALGORITHMS.get(cfg.algorithm.name)
+        if self.spec.data != dataset.kind:
+            raise ConfigError(
+                f"config key 'algorithm.name': {cfg.algorithm.name!r} trains on "
+                f"{self.spec.data}, but dataset {dataset.name!r} holds "
+                f"{dataset.kind}; algorithms for {dataset.kind}: "
+                + ", ".join(
+                    n
+                    for n in ALGORITHMS.names()
+                    if ALGORITHMS.get(n).data == dataset.kind
+                )
+            )
         schema = ALGORITHMS.params(cfg.algorithm.name)
         self.params = (
             resolve_params(schema, cfg.algorithm.params, "algorithm.params")
@@ -100,8 +116,9 @@ class InProcessRun:
         self.states: dict[str, ClientState] = {
             c.client_id: ClientState() for c in self.clients
         }
+        self.bags = dataset.kind == "bags"
         torch.manual_seed(derive_seed(seed, "init"))
-        initial = self.build_model()
+        initial: nn.Module = self.build_mil(None) if self.bags else self.build_model()
         self.eval_model = initial
         self.server = self.spec.server(
             self.params,
@@ -115,6 +132,8 @@ class InProcessRun:
                 rounds=cfg.train.rounds,
                 seed=seed,
                 build_model=self.build_model,
+                build_mil=self.build_mil if self.bags else None,
+                local_epochs=cfg.train.local_epochs,
             ),
         )
         self.eval_splits = self._eval_splits()
@@ -123,14 +142,42 @@ class InProcessRun:
     # ------------------------------------------------------------------ set-up
 
     def build_model(self) -> FedModel:
+        if self.dataset.kind == "bags":
+            raise ConfigError(
+                f"config key 'algorithm.name': {self.cfg.algorithm.name!r} trains "
+                f"image models, but dataset {self.dataset.name!r} holds slide bags; "
+                "choose a bag algorithm (fedhd, fedavg_mil, fedprox_mil, local_mil...)"
+            )
         return build_model(self.cfg.model, self.dataset.num_classes)
 
-    def _eval_splits(self) -> dict[tuple[str, str], Split]:
-        splits = {
-            ("target", self.fold.target): self.dataset.split(
-                self.fold.target, self.cfg.lodo.eval_split
+    def build_mil(self, name: str | None = None) -> MILModel:
+        """The configured MIL model (``name=None``) or another registered one."""
+        from fedpath.mil.models import build_mil_model
+
+        store = self.dataset.store
+        assert isinstance(store, BagStore)
+        if name is None or name == self.cfg.model.backbone:
+            return build_mil_model(
+                self.cfg.model.backbone,
+                store.dim,
+                self.dataset.num_classes,
+                self.cfg.model.params,
             )
-        }
+        return build_mil_model(name, store.dim, self.dataset.num_classes)
+
+    def _eval_splits(self) -> dict[tuple[str, str], Split]:
+        splits: dict[tuple[str, str], Split] = {}
+        if self.fold.target == "none":
+            return splits
+        if self.cfg.evaluation.protocol == "linear_probe":
+            t = self.fold.target
+            return {
+                ("probe_train", t): self.dataset.split(t, "train"),
+                ("target", t): self.dataset.split(t, "test"),
+            }
+        splits[("target", self.fold.target)] = self.dataset.split(
+            self.fold.target, self.cfg.lodo.eval_split
+        )
         if self.cfg.lodo.source_eval:
             for d in self.fold.sources:
                 s = self.dataset.split(d, "test")
@@ -263,9 +310,17 @@ class InProcessRun:
         return evaluation
 
     def _call_client(self, cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
-        data = self.by_id[cid]
         self.reporter.start_client(cid, self.cfg.train.local_epochs)
-        ctx = ClientContext(
+        ctx = self._client_context(cid, rnd)
+        reply = self.spec.client(self.params, ctx).handle(
+            stage, payload, self.states[cid]
+        )
+        self.reporter.end_client()
+        return reply
+
+    def _client_context(self, cid: str, rnd: int) -> ClientContext:
+        data = self.by_id[cid]
+        return ClientContext(
             client_id=cid,
             domain=data.domain,
             data=data.train,
@@ -276,38 +331,31 @@ class InProcessRun:
             seed=self.seed,
             device=self.device,
             on_epoch=self.reporter.epoch,
+            test=data.test,
+            build_mil=self.build_mil if self.bags else None,
         )
-        reply = self.spec.client(self.params, ctx).handle(
-            stage, payload, self.states[cid]
-        )
-        self.reporter.end_client()
-        return reply
 
     # ------------------------------------------------------------------ evaluation
 
     def _evaluate(self, rnd: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.cfg.evaluation.protocol == "local":
+            out.update(self._evaluate_clients(rnd))
         weights = self.server.global_weights()
-        if weights is None:
-            return {}
+        if weights is None or not self.eval_splits:
+            return out
         self._load_eval_weights(weights)
-        out: dict[str, Any] = {"target": {}, "source": {}}
+        if self.cfg.evaluation.protocol == "linear_probe":
+            out["target"] = self._linear_probe(rnd)
+            return out
+        out.update({"target": {}, "source": {}})
         for (kind, domain), split in self.eval_splits.items():
-            probs = predict_probs(
+            probs = predict_split(
                 self.eval_model, split, self.cfg.train.eval_batch_size, self.device
-            ).numpy()
+            )
             metrics = classification_metrics(split.labels, probs)
             metrics["n"] = len(split)
-            append_jsonl(
-                self.run_dir / RESULTS,
-                {
-                    **self.labels(),
-                    "kind": "eval",
-                    "round": rnd,
-                    "split": kind,
-                    "domain": domain,
-                    **metrics,
-                },
-            )
+            self._eval_record(rnd, kind, domain, metrics)
             if kind == "target":
                 out["target"] = metrics
             else:
@@ -319,6 +367,76 @@ class InProcessRun:
                 np.mean([m["accuracy"] for m in out["source"].values()])
             )
         return out
+
+    def _eval_record(
+        self, rnd: int, kind: str, domain: str, metrics: Mapping[str, Any]
+    ) -> None:
+        append_jsonl(
+            self.run_dir / RESULTS,
+            {
+                **self.labels(),
+                "kind": "eval",
+                "round": rnd,
+                "split": kind,
+                "domain": domain,
+                **metrics,
+            },
+        )
+
+    def _evaluate_clients(self, rnd: int) -> dict[str, Any]:
+        """Every client evaluates its deployed model on its own test split."""
+        per_client: dict[str, Any] = {}
+        for cid in sorted(self.by_id):
+            client = self.spec.client(self.params, self._client_context(cid, rnd))
+            metrics = client.evaluate(
+                self.server.evaluate_payload(cid), self.states[cid]
+            )
+            if metrics:
+                per_client[cid] = metrics
+                self._eval_record(rnd, "client", cid, metrics)
+        if not per_client:
+            return {}
+        keys = [
+            k
+            for k, v in next(iter(per_client.values())).items()
+            if isinstance(v, int | float) and k != "n"
+        ]
+        mean = {
+            k: float(np.mean([m[k] for m in per_client.values() if k in m]))
+            for k in keys
+        }
+        return {"clients": per_client, "clients_mean": mean}
+
+    def _linear_probe(self, rnd: int) -> dict[str, Any]:
+        """Freeze the global encoder; probe the target domain (FedAD, Section 5)."""
+        from fedpath.evaluation.probe import linear_probe
+
+        if self.bags:
+            raise ConfigError(
+                "evaluation.protocol 'linear_probe' needs an image dataset (an "
+                "encoder to freeze); this dataset holds slide bags"
+            )
+        t = self.fold.target
+        feats = {}
+        for kind in ("probe_train", "target"):
+            split = self.eval_splits[(kind, t)]
+            feats[kind] = encode_split(
+                self.eval_model, split, self.cfg.train.eval_batch_size, self.device
+            )
+        ev = self.cfg.evaluation
+        metrics = linear_probe(
+            feats["probe_train"],
+            self.eval_splits[("probe_train", t)].labels,
+            feats["target"],
+            self.eval_splits[("target", t)].labels,
+            folds=ev.probe_folds,
+            max_iter=ev.probe_max_iter,
+            cs=ev.probe_cs,
+            seed=derive_seed(self.seed, "probe"),
+            where=f"domain {t!r} (lodo target)",
+        )
+        self._eval_record(rnd, "target", t, metrics)
+        return dict(metrics)
 
     def _load_eval_weights(self, weights: ArrayDict) -> None:
         own = self.eval_model.state_dict()
@@ -379,9 +497,11 @@ class InProcessRun:
 
     def _save_final(self, record: Mapping[str, Any]) -> None:
         weights = self.server.global_weights()
-        if weights is not None and self.cfg.runtime.export_model:
+        # model.fpm describes image classifiers; MIL models are not exported yet
+        if weights is not None and self.cfg.runtime.export_model and not self.bags:
             self._load_eval_weights(weights)
             model = self.eval_model
+            assert isinstance(model, FedModel)
             save_model(
                 self.run_dir / MODEL,
                 model,

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -117,3 +118,36 @@ def predict_probs(
     if not chunks:
         return torch.empty(0, getattr(model, "num_classes", 0))
     return torch.cat(chunks)
+
+
+def predict_split(
+    model: nn.Module, data: Split, batch_size: int, device: torch.device
+) -> np.ndarray:
+    """Class probabilities (N, C) as float64 numpy, for images or slide bags."""
+    if data.store.kind == "bags":
+        from fedpath.data.bags import split_bags
+        from fedpath.mil.models import MILModel
+        from fedpath.mil.train import evaluate_mil
+
+        if not isinstance(model, MILModel):
+            raise TypeError(f"slide bags need a MIL model, got {type(model).__name__}")
+        return evaluate_mil(model.to(device), split_bags(data))[0]
+    return predict_probs(model, data, batch_size, device).double().numpy()
+
+
+@torch.no_grad()
+def encode_split(
+    model: nn.Module, data: Split, batch_size: int, device: torch.device
+) -> np.ndarray:
+    """Encoder features (N, F) of a :class:`FedModel` on ``data`` in eval mode."""
+    model.to(device).eval()
+    encode = getattr(model, "encode", None)
+    if encode is None:
+        raise TypeError(f"{type(model).__name__} has no encoder to probe")
+    chunks = [
+        encode(xb.to(device).float().div_(255.0)).flatten(1).double().cpu()
+        for xb, _, _ in data.batches(batch_size, shuffle=False)
+    ]
+    if not chunks:
+        return np.zeros((0, 0))
+    return torch.cat(chunks).numpy()

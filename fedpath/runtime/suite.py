@@ -9,6 +9,7 @@ demo are written down::
     variants:                             # label -> overrides of that variant
       full: []
       no_randstain: [algorithm.params.randstain=false]
+    metrics: [accuracy, balanced_accuracy]  # optional: the tables printed at the end
 
 Each variant is a normal experiment whose results carry the variant's label as the
 method name, so ``fedpath table`` shows one row per variant.
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from fedpath.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping
 
-SUITE_KEYS = ("description", "base", "overrides", "variants")
+SUITE_KEYS = ("description", "base", "overrides", "variants", "metrics")
 
 
 def _strings(value: object, key: str, path: Path) -> list[str]:
@@ -69,3 +70,16 @@ def load_suite(
             load_config(base, [*common, *extra, *overrides, f"label={label}"])
         )
     return str(raw.get("description", path.stem)), configs
+
+
+def suite_metrics(path: Path) -> list[str] | None:
+    """The metrics a suite asks to tabulate (``metrics:``), or None."""
+    value = read_yaml_mapping(path).get("metrics")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            f"suite {str(path)!r}: 'metrics' must be a list of metric names, got "
+            f"{value!r}"
+        )
+    return list(value)

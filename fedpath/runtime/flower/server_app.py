@@ -195,6 +195,12 @@ class FlowerRun(InProcessRun):
         directory: NodeDirectory | None = None,
         reporter: Reporter | None = None,
     ) -> None:
+        if cfg.evaluation.protocol == "local":
+            raise ConfigError(
+                "evaluation.protocol 'local' (each client evaluates its own model) "
+                "is not supported on Flower yet; use 'classifier' or 'linear_probe', "
+                "or run the experiment in-process"
+            )
         super().__init__(cfg, dataset, fold, seed, run_dir, reporter)
         self.grid = grid
         self.settings = settings

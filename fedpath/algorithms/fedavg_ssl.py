@@ -1,0 +1,81 @@
+"""FedAvg-SSL: federated SimCLR, backbone and projection head both aggregated.
+
+The FedAD paper's baseline (Section 5.6, after McMahan et al. 2017 and Chen et al.
+2020): every client minimises NT-Xent over two SimCLR views of its unlabeled
+images, z = p(h(x)) with p a Linear-ReLU-Linear projection head to 128; the server
+averages the encoder and the projection head (n_k-weighted). The paper's ablation
+identifies it with FedAD at gamma = 0 and lambda = 0 but with an aggregated head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLParams, SSLServer
+from fedpath.config import ConfigError
+from fedpath.losses import nt_xent
+from fedpath.ssl.heads import ProjectionHead
+
+
+@dataclass(frozen=True)
+class FedAvgSSLParams(SSLParams):
+    """proj_dim: output of the projection head (SimCLR: 128)."""
+
+    proj_dim: int = 128
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.proj_dim < 1:
+            raise ConfigError(
+                "config key 'algorithm.params.proj_dim': expected an integer >= 1, "
+                f"got {self.proj_dim!r}"
+            )
+
+
+class SimCLRClient(SSLClient):
+    """SimCLR on two views; the projection head is aggregated (``shared``)."""
+
+    @classmethod
+    def build_shared(cls, params: Any, feature_dim: int) -> dict[str, nn.Module]:
+        return {"proj": ProjectionHead(feature_dim, params.proj_dim)}
+
+    def project(
+        self, net: SSLNet, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h, z) for a batch of images."""
+        h = net.encode(x)
+        return h, net.shared["proj"](h)
+
+    def simclr(
+        self, net: SSLNet, view_a: torch.Tensor, view_b: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(NT-Xent, h of both views, z of both views) in one forward pass."""
+        n = view_a.shape[0]
+        h, z = self.project(net, torch.cat([view_a, view_b]))
+        return nt_xent(z[:n], z[n:], self.params.temperature), h, z
+
+    def ssl_loss(
+        self, net: SSLNet, view_a: torch.Tensor, view_b: torch.Tensor, x: torch.Tensor
+    ) -> dict[str, Any]:
+        cl, _, _ = self.simclr(net, view_a, view_b)
+        return {"loss": cl, "cl": cl.detach()}
+
+
+class SimCLRServer(SSLServer):
+    """FedAvg over encoder + projection head."""
+
+    client_cls: ClassVar[type[SSLClient]] = SimCLRClient
+
+
+register_algorithm(
+    "fedavg_ssl",
+    SimCLRClient,
+    SimCLRServer,
+    FedAvgSSLParams,
+    "FedAvg-SSL: federated SimCLR, backbone + projection head aggregated",
+)

@@ -258,3 +258,39 @@ def test_bag_store_reports_its_space() -> None:
     ds = load_dataset(load_config(None, TINY).data)
     assert isinstance(ds.store, BagStore)
     assert ds.store.embedding_space == "synthetic" and ds.store.dim == 8
+
+
+def test_fedhd_demo_command_prints_the_clients_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedpath.cli import main
+
+    code = main(
+        [
+            "demo",
+            "fedhd",
+            f"output_dir={tmp_path}",
+            "seeds=[0]",
+            "data.params.slides_per_hospital=8",
+            "data.params.dim=8",
+            "data.params.min_patches=30",
+            "data.params.max_patches=40",
+            "train.local_epochs=2",
+            "--methods",
+            "local",
+            "--quiet",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "clients' own test splits" in out and "hospital_3/c0" in out
+    assert "| local |" in out
+
+
+def test_unknown_demo_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from fedpath.cli import main
+
+    assert main(["demo", "fedxyz"]) != 0
+    assert "demo 'fedxyz' does not exist; choices: stain, fedhd, fedad" in (
+        capsys.readouterr().err.replace("\n", " ")
+    )

@@ -11,6 +11,7 @@ models; what a client keeps lives in its small :class:`ClientState`.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ CHECKPOINT = "checkpoint.pt"
 RESULTS = "results.jsonl"
 FINAL = "final.json"
 MODEL = "model.fpm"
+
+
+log = logging.getLogger("fedpath")
 
 
 class ResumeError(RuntimeError):
@@ -241,22 +245,29 @@ class InProcessRun:
         return f"{self.cfg.method} -> {self.fold.target} (seed {self.seed})"
 
     def run_round(self, rnd: int) -> dict[str, Any]:
+        """One round: every stage (configure -> clients -> aggregate), then
+        evaluation, the round's records and the checkpoint.
+
+        Deployments override :meth:`begin_round` and :meth:`exchange` only.
+        """
         times = RoundTimes()
+        self.begin_round(rnd)
         sampled = self.sample_clients(rnd)
         self.reporter.start_round(rnd, len(sampled) * len(self.server.stages(rnd)))
         logs: dict[str, Any] = {}
+        extras: dict[str, int] = {}
         up = down = 0
         for stage in self.server.stages(rnd):
             t0 = time.perf_counter()
             messages = self.server.configure(stage, rnd, sampled)
             times.server += time.perf_counter() - t0
-            replies: dict[str, Payload] = {}
-            for cid in sorted(messages):
-                t0 = time.perf_counter()
-                replies[cid] = self._call_client(cid, stage, rnd, messages[cid])
-                times.clients += time.perf_counter() - t0
-                down += messages[cid].nbytes()
-                up += replies[cid].nbytes()
+            t0 = time.perf_counter()
+            replies, info = self.exchange(stage, rnd, messages)
+            times.clients += time.perf_counter() - t0
+            down += sum(messages[c].nbytes() for c in info.pop("sent"))
+            up += sum(p.nbytes() for p in replies.values())
+            for k, v in info.items():
+                extras[k] = extras.get(k, 0) + int(v)
             if len(replies) < self.cfg.train.min_replies:
                 raise RuntimeError(
                     f"round {rnd} stage {stage!r}: {len(replies)} replies, fewer than "
@@ -286,6 +297,7 @@ class InProcessRun:
                 "clients": len(sampled),
                 "bytes_up": up,
                 "bytes_down": down,
+                **extras,
                 **logs,
             },
         )
@@ -306,8 +318,27 @@ class InProcessRun:
         )
         target = evaluation.get("target", {})
         summary = f"acc {target['accuracy']:.3f}" if "accuracy" in target else ""
+        log.info("%s round %d done %s", self._label(), rnd, summary)
         self.reporter.end_round(summary)
         return evaluation
+
+    def begin_round(self, rnd: int) -> None:
+        """Hook before a round's client sampling (Flower: find the live nodes)."""
+
+    def exchange(
+        self, stage: str, rnd: int, messages: Mapping[str, Payload]
+    ) -> tuple[dict[str, Payload], dict[str, Any]]:
+        """Deliver one stage's payloads and collect the replies.
+
+        Returns the replies and ``info``: ``sent`` (the clients messaged) plus
+        integer counters that go into the round record (Flower: wire bytes,
+        failures). In-process every client answers, in a fixed order.
+        """
+        replies = {
+            cid: self._call_client(cid, stage, rnd, messages[cid])
+            for cid in sorted(messages)
+        }
+        return replies, {"sent": sorted(messages)}
 
     def _call_client(self, cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
         self.reporter.start_client(cid, self.cfg.train.local_epochs)

@@ -62,7 +62,7 @@ from fedpath.runtime.flower.records import (
     payload_to_records,
     records_to_payload,
 )
-from fedpath.runtime.inprocess import RESULTS, InProcessRun, RoundTimes
+from fedpath.runtime.inprocess import RESULTS, InProcessRun
 from fedpath.types import Payload
 from fedpath.utils.io import append_jsonl
 from fedpath.utils.progress import Reporter
@@ -240,85 +240,8 @@ class FlowerRun(InProcessRun):
 
     # ------------------------------------------------------------------ rounds
 
-    def run_round(self, rnd: int) -> dict[str, Any]:
-        """One round: the stages over the grid, then evaluation and checkpoint.
-
-        Mirrors :meth:`InProcessRun.run_round` (same records, same order of server
-        calls); the client calls of a stage go out together and may fail.
-        """
-        times = RoundTimes()
+    def begin_round(self, rnd: int) -> None:
         self.discover()
-        sampled = self.sample_clients(rnd)
-        self.reporter.start_round(rnd, len(sampled) * len(self.server.stages(rnd)))
-        logs: dict[str, Any] = {}
-        up = down = wire_up = wire_down = failed = 0
-        for stage in self.server.stages(rnd):
-            t0 = time.perf_counter()
-            messages = self.server.configure(stage, rnd, sampled)
-            times.server += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            replies, sizes = self.exchange(stage, rnd, messages)
-            times.clients += time.perf_counter() - t0
-            down += sum(messages[c].nbytes() for c in sizes["sent"])
-            up += sum(p.nbytes() for p in replies.values())
-            wire_down += sizes["wire_down"]
-            wire_up += sizes["wire_up"]
-            failed += len(messages) - len(replies)
-            if len(replies) < self.cfg.train.min_replies:
-                raise RuntimeError(
-                    f"round {rnd} stage {stage!r}: {len(replies)} replies, fewer than "
-                    f"train.min_replies={self.cfg.train.min_replies}"
-                )
-            t0 = time.perf_counter()
-            logs.update(
-                {
-                    f"{stage}/{k}": v
-                    for k, v in self.server.aggregate(stage, rnd, replies).items()
-                }
-            )
-            times.server += time.perf_counter() - t0
-        evaluation: dict[str, Any] = {}
-        t0 = time.perf_counter()
-        if rnd % self.cfg.train.eval_every == 0 or rnd == self.cfg.train.rounds:
-            evaluation = self._evaluate(rnd)
-            self._last_eval = evaluation
-        times.evaluation = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        append_jsonl(
-            self.run_dir / RESULTS,
-            {
-                **self.labels(),
-                "kind": "round",
-                "round": rnd,
-                "clients": len(sampled),
-                "bytes_up": up,
-                "bytes_down": down,
-                "wire_bytes_up": wire_up,
-                "wire_bytes_down": wire_down,
-                "failed": failed,
-                **logs,
-            },
-        )
-        if self.cfg.runtime.checkpoint:
-            self._checkpoint(rnd)
-        times.checkpoint = time.perf_counter() - t0
-        append_jsonl(
-            self.run_dir / RESULTS,
-            {
-                **self.labels(),
-                "kind": "timing",
-                "round": rnd,
-                "client_s": times.clients,
-                "server_s": times.server,
-                "eval_s": times.evaluation,
-                "checkpoint_s": times.checkpoint,
-            },
-        )
-        target = evaluation.get("target", {})
-        summary = f"acc {target['accuracy']:.3f}" if "accuracy" in target else ""
-        log.info("%s round %d done %s", self._label(), rnd, summary)
-        self.reporter.end_round(summary)
-        return evaluation
 
     def exchange(
         self, stage: str, rnd: int, messages: Mapping[str, Payload]
@@ -369,7 +292,12 @@ class FlowerRun(InProcessRun):
                     f"no reply within reply-timeout={self.settings.reply_timeout:g} s",
                 )
         ordered = {cid: received[cid] for cid in sorted(received)}
-        return ordered, {"sent": sent, "wire_down": wire_down, "wire_up": wire_up}
+        return ordered, {
+            "sent": sent,
+            "wire_bytes_up": wire_up,
+            "wire_bytes_down": wire_down,
+            "failed": len(messages) - len(ordered),
+        }
 
     def _header(self, stage: str, rnd: int, cid: str) -> ConfigRecord:
         return ConfigRecord(

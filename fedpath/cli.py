@@ -205,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ssl_cli.register(sub)
 
+    from fedpath.mil import render_cli
+
+    render_cli.register(sub)
+
     sr = sub.add_parser(
         "stain-report",
         help="per-domain stain-intensity histograms, Q-Q plots, skewness/kurtosis",
@@ -245,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_suite(args, quiet)
         if args.command == "table":
             return _cmd_table(args, quiet)
+        if hasattr(args, "fedhd_render_handler"):
+            return int(args.fedhd_render_handler(args))
         if hasattr(args, "ssl_handler"):
             return int(args.ssl_handler(args))
         if hasattr(args, "flower_handler"):

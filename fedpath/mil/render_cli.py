@@ -1,0 +1,264 @@
+"""``fedpath fedhd-render``: pseudo-patches of a synthetic slide next to real ones.
+
+FedHD's optional visual branch (:mod:`fedpath.mil.decoder`) on one domain of an
+image dataset, end to end:
+
+1. load the dataset of an experiment config (default: the packaged demo's);
+2. embed the domain's patches with the configured backbone, after training it
+   briefly on the domain's labels (``--train-epochs``) so that the embeddings
+   carry information (or load ``--weights``);
+3. group the patches by slide into bags and distil one slide into a synthetic
+   slide (:func:`fedpath.mil.distill.distill_slides`, small ``M``, ``T``);
+4. train the decoder on the domain's (embedding, patch) pairs;
+5. write the grid: real patches of that slide, their decoded embeddings, and
+   decoded tokens of its synthetic slide.
+
+:func:`register` adds the subcommand (it sets ``fedhd_render_handler``);
+:func:`handler` runs it. Bad input raises :class:`~fedpath.config.ConfigError`
+or :class:`~fedpath.data.base.DataError`, which ``fedpath``'s ``main`` reports as
+an ``error:`` line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+
+from fedpath.config import ConfigError
+from fedpath.data.base import DataError, Split
+from fedpath.mil.decoder import EpochCallback
+
+
+def _demo_config() -> Path:
+    return Path(str(resources.files("fedpath") / "configs" / "demo_base.yaml"))
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``fedhd-render`` to ``sub``."""
+    p = sub.add_parser(
+        "fedhd-render",
+        help="decode a FedHD synthetic slide into pseudo-patches (PNG grid)",
+        description="FedHD's optional decoder branch, for visual inspection only: "
+        "embed one domain's patches, distil one of its slides into a synthetic "
+        "slide (Gaussian-mixture alignment), train a small decoder on the "
+        "domain's (embedding, patch) pairs and write a PNG with real patches, "
+        "decoded real embeddings and decoded synthetic-slide tokens. Overrides "
+        "use dotted keys, e.g. data.params.image_size=32.",
+    )
+    p.add_argument("--config", type=Path, help="experiment YAML (default: the demo's)")
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    p.add_argument("--out", type=Path, required=True, help="output PNG file")
+    p.add_argument("--domain", help="domain (hospital/scanner); default: the first")
+    p.add_argument(
+        "--slide", help="slide to distil; default: the domain's largest slide"
+    )
+    p.add_argument(
+        "--weights",
+        type=Path,
+        help="local encoder weights (fedpath or torchvision state_dict); "
+        "default: model.weights of the config, else random init",
+    )
+    p.add_argument(
+        "--train-epochs",
+        type=int,
+        help="epochs of supervised training of the backbone on the domain's "
+        "labels before embedding (default 2; 0 with --weights)",
+    )
+    p.add_argument("--components", type=int, default=4, help="GMM M (default 4)")
+    p.add_argument(
+        "--covariance", choices=("full", "diag"), default="diag", help="default diag"
+    )
+    p.add_argument(
+        "--tokens", type=int, default=32, help="synthetic tokens T (default 32)"
+    )
+    p.add_argument(
+        "--iters", type=int, default=200, help="distillation iterations (default 200)"
+    )
+    p.add_argument(
+        "--decoder-epochs", type=int, default=20, help="decoder epochs (default 20)"
+    )
+    p.add_argument("--decoder-lr", type=float, default=2e-3, help="default 2e-3")
+    p.add_argument(
+        "--decoder-width", type=int, default=64, help="decoder channels (default 64)"
+    )
+    p.add_argument("--columns", type=int, default=8, help="patches per row (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress bars or status lines"
+    )
+    p.set_defaults(fedhd_render_handler=handler)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    checks = [
+        (args.components >= 1, "--components: expected an integer >= 1"),
+        (args.tokens >= 1, "--tokens: expected an integer >= 1"),
+        (args.iters >= 0, "--iters: expected an integer >= 0"),
+        (args.decoder_epochs >= 0, "--decoder-epochs: expected an integer >= 0"),
+        (args.decoder_lr > 0, "--decoder-lr: expected a number > 0"),
+        (args.decoder_width >= 1, "--decoder-width: expected an integer >= 1"),
+        (args.columns >= 1, "--columns: expected an integer >= 1"),
+        (
+            args.train_epochs is None or args.train_epochs >= 0,
+            "--train-epochs: expected an integer >= 0",
+        ),
+        (
+            args.out.suffix.lower() == ".png",
+            f"--out: expected a .png file, got {str(args.out)!r}",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+@contextmanager
+def _epoch_bar(quiet: bool, label: str, total: int) -> Iterator[EpochCallback | None]:
+    """A rich progress bar over epochs, or ``None`` when quiet."""
+    if quiet or total == 0:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = Console(stderr=True, force_terminal=sys.stderr.isatty() or None)
+    with Progress(
+        TextColumn(f"[bold]{label:>8}[/]"),
+        BarColumn(bar_width=28),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+    ) as bar:
+        task = bar.add_task(label, total=total, info="")
+
+        def update(done: int, _total: int, loss: float) -> None:
+            info = "" if math.isnan(loss) else f"loss {loss:.4f}"
+            bar.update(task, completed=done, info=info)
+
+        yield update
+
+
+def _embed(
+    args: argparse.Namespace, cfg: Any, data: Split, num_classes: int, quiet: bool
+) -> torch.Tensor:
+    """Train the backbone briefly on ``data``'s labels (or load weights); encode."""
+    from fedpath.models.backbones import build_model
+    from fedpath.runtime.local import encode_split, train_local
+
+    model_cfg = cfg.model
+    if args.weights is not None:
+        model_cfg = dataclasses.replace(model_cfg, weights=str(args.weights))
+    epochs = args.train_epochs
+    if epochs is None:
+        epochs = 0 if model_cfg.weights else 2
+    torch.manual_seed(args.seed)
+    model = build_model(model_cfg, num_classes)
+    device = torch.device("cpu")
+    if epochs > 0:
+        train_cfg = dataclasses.replace(cfg.train, rounds=1, local_epochs=epochs)
+
+        def ce(m: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+            return {"loss": torch.nn.functional.cross_entropy(m(x), y)}
+
+        with _epoch_bar(quiet, "backbone", epochs) as cb:
+
+            def on_epoch(done: int, total: int) -> None:
+                if cb is not None:
+                    cb(done, total, float("nan"))
+
+            train_local(
+                model, data, train_cfg, ce, round_idx=1, seed=args.seed,
+                device=device, on_epoch=on_epoch,
+            )  # fmt: skip
+    feats = encode_split(model, data, cfg.train.eval_batch_size, device)
+    return torch.from_numpy(feats).float()
+
+
+def _pick_slide(slides: np.ndarray, wanted: str | None, domain: str) -> str:
+    names, counts = np.unique(slides, return_counts=True)
+    if wanted is None:
+        return str(names[int(np.argmax(counts))])
+    if wanted in names:
+        return wanted
+    if f"{domain}/{wanted}" in names:
+        return f"{domain}/{wanted}"
+    shown = ", ".join(map(str, names[:10])) + (" ..." if len(names) > 10 else "")
+    raise DataError(f"--slide: domain {domain!r} has no slide {wanted!r}; has {shown}")
+
+
+def handler(args: argparse.Namespace) -> int:
+    """Run ``fedhd-render``; print what was rendered and the PNG's path."""
+    from fedpath.config import load_config
+    from fedpath.mil.bags import SlideBag
+    from fedpath.mil.decoder import render, save_grid, spread, train_decoder
+    from fedpath.mil.distill import distill_slides
+    from fedpath.runtime.experiment import load_dataset
+
+    quiet = bool(args.quiet) or os.environ.get("FEDPATH_QUIET") == "1"
+    console = Console(quiet=quiet, soft_wrap=True)
+    _check_args(args)
+    t0 = time.perf_counter()
+    cfg = load_config(args.config or _demo_config(), args.overrides)
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
+    ds = load_dataset(cfg.data)
+    if ds.kind != "images":
+        raise ConfigError(
+            f"data.name: fedhd-render needs an image dataset (patches to decode), "
+            f"got {cfg.data.name!r} holding {ds.kind}"
+        )
+    domain = args.domain or ds.domains[0]
+    ds.check_domain(domain)
+    data = ds.split(domain, "all")
+    if len(data) < 2:
+        raise DataError(f"--domain: domain {domain!r} has {len(data)} patch(es)")
+    console.print(
+        f"{ds.name}: domain {domain}, {len(data)} patches, "
+        f"{len(set(data.slides.tolist()))} slides, {ds.image_size}px"
+    )
+    emb = _embed(args, cfg, data, ds.num_classes, quiet)
+    patches = data.load(np.arange(len(data)))
+
+    slide = _pick_slide(data.slides, args.slide, domain)
+    rows = np.flatnonzero(data.slides == slide)
+    labels = data.labels[rows]
+    bag = SlideBag(slide, emb[rows], int(np.bincount(labels).argmax()), domain)
+    syn = distill_slides(
+        [bag], components=args.components, covariance=args.covariance,
+        tokens=args.tokens, iters=args.iters, seed=args.seed, too_few="reduce",
+    )[0]  # fmt: skip
+    console.print(
+        f"distilled slide {slide} ({bag.num_patches} patches, D={bag.dim}) into "
+        f"{syn.num_patches} tokens"
+    )
+
+    with _epoch_bar(quiet, "decoder", args.decoder_epochs) as cb:
+        decoder, history = train_decoder(
+            emb, patches, args.decoder_epochs, args.decoder_lr, args.seed,
+            on_epoch=cb, width=args.decoder_width,
+        )  # fmt: skip
+    show = rows[spread(len(rows), args.columns)]
+    tok = syn.features[spread(syn.num_patches, args.columns)]
+    out = save_grid(
+        patches[show], render(decoder, emb[show]), render(decoder, tok), args.out,
+        columns=args.columns,
+    )  # fmt: skip
+    last = f"{history[-1]:.4f}" if history else "untrained"
+    console.print(
+        f"decoder: {args.decoder_epochs} epochs on {len(data)} pairs, final L_rec "
+        f"{last}; {time.perf_counter() - t0:.1f} s"
+    )
+    print(f"wrote {out}")
+    return 0

@@ -119,6 +119,9 @@ class TrainConfig:
     (0 if unset) along a half cosine; the position is derived from (round, step), so
     it needs no state and resumes exactly.
     ``clients_per_round`` (a count) overrides ``client_fraction`` when set.
+    ``class_weights``: ``balanced`` weights each class's cross-entropy by
+    n / (C * n_c) over the client's own training labels (for imbalanced data such as
+    atypical vs normal mitoses); ``none``: plain cross-entropy.
     """
 
     rounds: int = 3
@@ -136,6 +139,7 @@ class TrainConfig:
     min_replies: int = 1
     eval_every: int = 1
     eval_batch_size: int = 256
+    class_weights: Literal["none", "balanced"] = "none"
 
     def __post_init__(self) -> None:
         _check(self.rounds >= 1, "train.rounds", "an integer >= 1", self.rounds)

@@ -22,10 +22,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fedpath.config import TrainConfig
@@ -83,6 +85,25 @@ class ClientContext:
 
     def seed_for(self, *tags: int | str) -> int:
         return derive_seed(self.seed, self.round, self.client_id, *tags)
+
+    @cached_property
+    def _class_weight(self) -> torch.Tensor | None:
+        return self.class_weight()
+
+    def class_weight(self) -> torch.Tensor | None:
+        """Per-class loss weights n / (C * n_c) from this client's own training
+        labels when ``train.class_weights`` is ``balanced`` (absent classes: 0)."""
+        if self.train.class_weights != "balanced":
+            return None
+        counts = np.bincount(self.data.labels, minlength=self.num_classes)
+        n = float(counts.sum())
+        w = np.where(counts > 0, n / (self.num_classes * np.maximum(counts, 1)), 0.0)
+        return torch.as_tensor(w, dtype=torch.float32, device=self.device)
+
+    def cross_entropy(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The classification loss of the image algorithms (``train.class_weights``)."""
+        w = self._class_weight
+        return F.cross_entropy(logits, y, weight=None if w is None else w.to(logits))
 
 
 @dataclass

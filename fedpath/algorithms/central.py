@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedpath.algorithms.base import ProtocolError, ServerContext, register_algorithm
@@ -122,7 +121,7 @@ class CentralSupervisedClient(_PoolingClient):
 
     def loss(self, net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         assert isinstance(net, SSLNet)
-        ce = F.cross_entropy(net.model(x), y)
+        ce = self.ctx.cross_entropy(net.model(x), y)
         return {"loss": ce, "ce": ce.detach()}
 
     def upload_entries(self, model: FedModel) -> ArrayDict:

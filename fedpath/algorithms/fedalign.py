@@ -117,7 +117,7 @@ class FedAlignClient(FedCCRLClient):
         z = model.encode(torch.cat([x, v1, v2_]))  # type: ignore[operator]
         logits = model.classifier(z)  # type: ignore[operator]
         zs, ls = z.split(b), logits.split(b)
-        ce = sum(F.cross_entropy(lv, y) for lv in ls)
+        ce = sum(self.ctx.cross_entropy(lv, y) for lv in ls)
         ra = 0.5 * (
             fedccrl_contrastive(zs[0], zs[1], y, p.temperature)
             + fedccrl_contrastive(zs[0], zs[2], y, p.temperature)

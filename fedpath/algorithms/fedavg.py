@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedpath.algorithms.aggregation import weighted_average
@@ -60,7 +59,7 @@ class WeightsClient(ClientAlgorithm):
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> dict[str, Any]:
         logits = model(x)
-        return {"loss": F.cross_entropy(logits, y)}
+        return {"loss": self.ctx.cross_entropy(logits, y)}
 
     def upload_scalars(self) -> dict[str, Scalar]:
         return {}

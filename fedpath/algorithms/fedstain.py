@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
@@ -226,9 +225,9 @@ class FedStainClient(StatsExchangeClient):
         logits = model.classifier(z)  # type: ignore[operator]
         zs, ls = z.split(b), logits.split(b)
         if p.cls_on == "all":
-            l_cls = F.cross_entropy(logits, y.repeat(m))
+            l_cls = self.ctx.cross_entropy(logits, y.repeat(m))
         else:
-            l_cls = F.cross_entropy(ls[0], y)
+            l_cls = self.ctx.cross_entropy(ls[0], y)
         zero = logits.new_zeros(())
         l_ra = (
             torch.stack(

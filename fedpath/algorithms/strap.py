@@ -110,7 +110,7 @@ class StrapClient(WeightsClient):
     ) -> dict[str, Any]:
         with torch.no_grad():
             xs = self.stylize(x)
-        return {"loss": F.cross_entropy(model(xs), y)}
+        return {"loss": self.ctx.cross_entropy(model(xs), y)}
 
 
 register_algorithm(

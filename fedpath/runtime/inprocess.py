@@ -32,11 +32,15 @@ from fedpath.algorithms.base import (
 from fedpath.artifact import ModelMeta, save_model
 from fedpath.config import ConfigError, ExperimentConfig, resolve_params
 from fedpath.data.bags import BagStore
-from fedpath.data.base import DomainDataset, Split
+from fedpath.data.base import DomainDataset
 from fedpath.data.partition import ClientData, LodoFold, make_clients
-from fedpath.evaluation.metrics import classification_metrics, worst_group
 from fedpath.models.backbones import FedModel, build_model
-from fedpath.runtime.local import encode_split, predict_split
+from fedpath.runtime.evaluate import (
+    eval_splits,
+    evaluate_classifier,
+    evaluate_probe,
+    summarize_clients,
+)
 from fedpath.types import (
     ArrayDict,
     ClientState,
@@ -140,7 +144,7 @@ class InProcessRun:
                 local_epochs=cfg.train.local_epochs,
             ),
         )
-        self.eval_splits = self._eval_splits()
+        self.eval_splits = eval_splits(cfg, dataset, fold)
         self._last_eval: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ set-up
@@ -168,26 +172,6 @@ class InProcessRun:
                 self.cfg.model.params,
             )
         return build_mil_model(name, store.dim, self.dataset.num_classes)
-
-    def _eval_splits(self) -> dict[tuple[str, str], Split]:
-        splits: dict[tuple[str, str], Split] = {}
-        if self.fold.target == "none":
-            return splits
-        if self.cfg.evaluation.protocol == "linear_probe":
-            t = self.fold.target
-            return {
-                ("probe_train", t): self.dataset.split(t, "train"),
-                ("target", t): self.dataset.split(t, "test"),
-            }
-        splits[("target", self.fold.target)] = self.dataset.split(
-            self.fold.target, self.cfg.lodo.eval_split
-        )
-        if self.cfg.lodo.source_eval:
-            for d in self.fold.sources:
-                s = self.dataset.split(d, "test")
-                if len(s):
-                    splits[("source", d)] = s
-        return splits
 
     def sample_clients(self, rnd: int) -> list[str]:
         ids = [c.client_id for c in self.clients]
@@ -376,27 +360,22 @@ class InProcessRun:
         if weights is None or not self.eval_splits:
             return out
         self._load_eval_weights(weights)
-        if self.cfg.evaluation.protocol == "linear_probe":
-            out["target"] = self._linear_probe(rnd)
-            return out
-        out.update({"target": {}, "source": {}})
-        for (kind, domain), split in self.eval_splits.items():
-            probs = predict_split(
-                self.eval_model, split, self.cfg.train.eval_batch_size, self.device
-            )
-            metrics = classification_metrics(split.labels, probs)
-            metrics["n"] = len(split)
+
+        def record(kind: str, domain: str, metrics: Mapping[str, Any]) -> None:
             self._eval_record(rnd, kind, domain, metrics)
-            if kind == "target":
-                out["target"] = metrics
-            else:
-                out["source"][domain] = metrics
-        if out["source"]:
-            name, value = worst_group(out["source"], "accuracy")
-            out["source_worst"] = {"domain": name, "accuracy": value}
-            out["source_mean_accuracy"] = float(
-                np.mean([m["accuracy"] for m in out["source"].values()])
+
+        if self.cfg.evaluation.protocol == "linear_probe":
+            seed = derive_seed(self.seed, "probe")
+            out["target"] = evaluate_probe(
+                self.eval_model, self.eval_splits, self.cfg, seed, self.device, record
             )
+            return out
+        batch = self.cfg.train.eval_batch_size
+        out.update(
+            evaluate_classifier(
+                self.eval_model, self.eval_splits, batch, self.device, record
+            )
+        )
         return out
 
     def _eval_record(
@@ -425,49 +404,7 @@ class InProcessRun:
             if metrics:
                 per_client[cid] = metrics
                 self._eval_record(rnd, "client", cid, metrics)
-        if not per_client:
-            return {}
-        keys = [
-            k
-            for k, v in next(iter(per_client.values())).items()
-            if isinstance(v, int | float) and k != "n"
-        ]
-        mean = {
-            k: float(np.mean([m[k] for m in per_client.values() if k in m]))
-            for k in keys
-        }
-        return {"clients": per_client, "clients_mean": mean}
-
-    def _linear_probe(self, rnd: int) -> dict[str, Any]:
-        """Freeze the global encoder; probe the target domain (FedAD, Section 5)."""
-        from fedpath.evaluation.probe import linear_probe
-
-        if self.bags:
-            raise ConfigError(
-                "evaluation.protocol 'linear_probe' needs an image dataset (an "
-                "encoder to freeze); this dataset holds slide bags"
-            )
-        t = self.fold.target
-        feats = {}
-        for kind in ("probe_train", "target"):
-            split = self.eval_splits[(kind, t)]
-            feats[kind] = encode_split(
-                self.eval_model, split, self.cfg.train.eval_batch_size, self.device
-            )
-        ev = self.cfg.evaluation
-        metrics = linear_probe(
-            feats["probe_train"],
-            self.eval_splits[("probe_train", t)].labels,
-            feats["target"],
-            self.eval_splits[("target", t)].labels,
-            folds=ev.probe_folds,
-            max_iter=ev.probe_max_iter,
-            cs=ev.probe_cs,
-            seed=derive_seed(self.seed, "probe"),
-            where=f"domain {t!r} (lodo target)",
-        )
-        self._eval_record(rnd, "target", t, metrics)
-        return dict(metrics)
+        return summarize_clients(per_client)
 
     def _load_eval_weights(self, weights: ArrayDict) -> None:
         own = self.eval_model.state_dict()

@@ -30,10 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from torch import nn
 
 from fedpath.algorithms.base import (
-    ClientAlgorithm,
     ProtocolError,
     ServerAlgorithm,
     ServerContext,
@@ -42,6 +40,7 @@ from fedpath.algorithms.base import (
 )
 from fedpath.algorithms.mil_common import (
     MILTrainParams,
+    OwnMILClient,
     architecture,
     arrays_to_bags,
     bags_to_arrays,
@@ -106,7 +105,7 @@ class FedHDParams(MILTrainParams):
             )
 
 
-class FedHDClient(ClientAlgorithm):
+class FedHDClient(OwnMILClient):
     """Distil own slides; train own MIL model on real + others' synthetic slides."""
 
     params: FedHDParams
@@ -178,11 +177,6 @@ class FedHDClient(ClientAlgorithm):
         state.scalars["epochs_done"] = done + epochs
         keep_model(state, model, architecture(ctx, p.models) or "")
         return Payload({}, {"num_examples": len(real), **scalars})
-
-    def deployed_model(self, payload: Payload, state: ClientState) -> nn.Module:
-        if "model" not in state.arrays:
-            raise ProtocolError(f"client {self.ctx.client_id} has not trained yet")
-        return own_model(self.ctx, state, self.params)
 
 
 class FedHDServer(ServerAlgorithm):

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from torch import nn
-
 from fedpath.algorithms.base import (
-    ClientAlgorithm,
     ProtocolError,
     ServerAlgorithm,
     register_algorithm,
@@ -19,6 +16,7 @@ from fedpath.algorithms.base import (
 )
 from fedpath.algorithms.mil_common import (
     MILTrainParams,
+    OwnMILClient,
     architecture,
     keep_model,
     own_model,
@@ -28,7 +26,7 @@ from fedpath.algorithms.mil_common import (
 from fedpath.types import ClientState, Payload, Scalar
 
 
-class LocalMILClient(ClientAlgorithm):
+class LocalMILClient(OwnMILClient):
     """Train the client's own MIL model on its real slides only."""
 
     params: MILTrainParams
@@ -49,11 +47,6 @@ class LocalMILClient(ClientAlgorithm):
         )
         keep_model(state, model, architecture(ctx, p.models) or "")
         return Payload({}, {"num_examples": len(real), **scalars})
-
-    def deployed_model(self, payload: Payload, state: ClientState) -> nn.Module:
-        if "model" not in state.arrays:
-            raise ProtocolError(f"client {self.ctx.client_id} has not trained yet")
-        return own_model(self.ctx, state, self.params)
 
 
 class NoServer(ServerAlgorithm):

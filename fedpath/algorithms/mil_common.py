@@ -15,15 +15,15 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from fedpath.algorithms.base import ClientContext, ProtocolError
+from fedpath.algorithms.base import ClientAlgorithm, ClientContext, ProtocolError
 from fedpath.config import ConfigError
 from fedpath.data.bags import BagStore, split_bags
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, build_mil_model
 from fedpath.mil.train import train_mil
-from fedpath.types import ArrayDict, ClientState, as_numpy_dict
+from fedpath.types import ArrayDict, ClientState, Payload, as_numpy_dict
 
 MODEL = "model"
 
@@ -176,3 +176,14 @@ def train_bags(
         penalty=penalty,
     )
     return {k: float(v[-1]) for k, v in hist.items() if not np.isnan(v[-1])}
+
+
+class OwnMILClient(ClientAlgorithm):
+    """A client that keeps and deploys its own MIL model (FedHD, local training)."""
+
+    params: MILTrainParams
+
+    def deployed_model(self, payload: Payload, state: ClientState) -> nn.Module:
+        if MODEL not in state.arrays:
+            raise ProtocolError(f"client {self.ctx.client_id} has not trained yet")
+        return own_model(self.ctx, state, self.params)

@@ -160,19 +160,15 @@ class ClientAlgorithm(ABC):
 
         Only metrics leave the client, never predictions.
         """
-        from fedpath.evaluation.metrics import classification_metrics
-        from fedpath.runtime.local import predict_split
+        from fedpath.runtime.evaluate import split_metrics
 
         test = self.ctx.test
         if test is None or len(test) == 0:
             return {}
         model = self.deployed_model(payload, state)
-        probs = predict_split(
+        return split_metrics(
             model, test, self.ctx.train.eval_batch_size, self.ctx.device
         )
-        metrics: dict[str, Any] = dict(classification_metrics(test.labels, probs))
-        metrics["n"] = len(test)
-        return metrics
 
 
 class ServerAlgorithm(ABC):

@@ -53,6 +53,16 @@ def eval_splits(
     return splits
 
 
+def split_metrics(
+    model: nn.Module, split: Split, batch_size: int, device: torch.device
+) -> dict[str, Any]:
+    """Classification metrics of ``model`` on ``split`` plus its size ``n``."""
+    probs = predict_split(model, split, batch_size, device)
+    metrics: dict[str, Any] = dict(classification_metrics(split.labels, probs))
+    metrics["n"] = len(split)
+    return metrics
+
+
 def evaluate_classifier(
     model: nn.Module,
     splits: Splits,
@@ -63,9 +73,7 @@ def evaluate_classifier(
     """The global model's metrics on the target and on each source's test split."""
     out: dict[str, Any] = {"target": {}, "source": {}}
     for (kind, domain), split in splits.items():
-        probs = predict_split(model, split, batch_size, device)
-        metrics: dict[str, Any] = dict(classification_metrics(split.labels, probs))
-        metrics["n"] = len(split)
+        metrics = split_metrics(model, split, batch_size, device)
         record(kind, domain, metrics)
         if kind == "target":
             out["target"] = metrics

@@ -1,9 +1,11 @@
 """fedpath over Flower's deployment engine vs in-process: round time, bytes, start-up.
 
-The same leave-one-hospital-out fold (ResNet-18, tiny synthetic data so that a round
-is dominated by moving the weights) runs in-process and over a local federation (a
-SuperLink and one SuperNode per client, started as subprocesses on this machine,
-insecure). Reported per algorithm:
+The same leave-one-hospital-out fold (ResNet-18 on synthetic hospitals; by default
+tiny data, so that a round is dominated by moving the weights; ``--samples`` and
+``--image-size`` give the nodes real work) runs in-process and over a local
+federation (a SuperLink and one SuperNode per client, started as subprocesses on
+this machine, insecure), with fedpath's nodes (persistent worker, 0.2 s idle poll)
+and with plain ``flower-supernode`` nodes. Reported per algorithm:
 
 - start-up: SuperLink up; SuperNodes connected; ``flwr run`` -> first round begins
   (FAB install, ServerApp start, node discovery);
@@ -17,6 +19,7 @@ insecure). Reported per algorithm:
 Target: Flower round time <= 1.2x in-process once the federation is up.
 
     python benchmarks/bench_flower.py [--rounds 3] [--algorithms fedavg,fedstain]
+        [--nodes worker,plain] [--samples 24] [--image-size 32]
 """
 
 from __future__ import annotations
@@ -39,7 +42,14 @@ from fedpath.utils.io import read_jsonl
 CLIENTS = ["hospital_0/c0", "hospital_1/c0"]
 
 
-def config(out: Path, algorithm: str, rounds: int, threads: int) -> ExperimentConfig:
+def config(
+    out: Path,
+    algorithm: str,
+    rounds: int,
+    threads: int,
+    samples: int = 24,
+    image_size: int = 32,
+) -> ExperimentConfig:
     return load_config(
         None,
         [
@@ -47,8 +57,8 @@ def config(out: Path, algorithm: str, rounds: int, threads: int) -> ExperimentCo
             "seeds=[0]",
             "model.backbone=resnet18",
             "data.params.num_hospitals=3",
-            "data.params.samples_per_hospital=24",
-            "data.params.image_size=32",
+            f"data.params.samples_per_hospital={samples}",
+            f"data.params.image_size={image_size}",
             "data.params.slides_per_hospital=4",
             "partition.clients_per_domain=1",
             "lodo.targets=[hospital_2]",
@@ -117,7 +127,10 @@ def import_s() -> tuple[float, float]:
     return flwr, full
 
 
-def flower_run(root: Path, cfg: ExperimentConfig, rounds: int) -> dict[str, float]:
+def flower_run(
+    root: Path, cfg: ExperimentConfig, rounds: int, worker: bool
+) -> dict[str, float]:
+    """One run over a local federation; ``worker``: fedpath nodes, else plain Flower."""
     out: dict[str, float] = {}
     t0 = time.perf_counter()
     link, address = deploy.start_superlink(root / "link")
@@ -127,7 +140,14 @@ def flower_run(root: Path, cfg: ExperimentConfig, rounds: int) -> dict[str, floa
         t0 = time.perf_counter()
         for i, cid in enumerate(CLIENTS):
             services.append(
-                deploy.start_supernode(root, f"node{i}", address, {"client-id": cid})
+                deploy.start_supernode(
+                    root,
+                    f"node{i}",
+                    address,
+                    {"client-id": cid},
+                    worker=worker,
+                    poll_interval=deploy.POLL_INTERVAL if worker else None,
+                )
             )
         for svc in services[1:]:
             svc.wait_log("SuperNode ID", 120)
@@ -172,79 +192,101 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--algorithms", default="fedavg,fedstain")
+    ap.add_argument(
+        "--nodes",
+        default="worker,plain",
+        help="worker: fedpath's nodes (persistent worker, 0.2 s poll); plain: "
+        "plain flower-supernode (fresh process per message, 3 s poll)",
+    )
+    ap.add_argument("--samples", type=int, default=24, help="images per hospital")
+    ap.add_argument("--image-size", type=int, default=32)
     args = ap.parse_args()
     threads = setup_threads()
+    modes = args.nodes.split(",")
+    train_images = int(args.samples * 0.75)  # the synthetic hospitals' train split
+    print(
+        f"ResNet-18, {args.image_size} px, {len(CLIENTS)} clients x ~{train_images} "
+        f"training images, {args.rounds} rounds, {threads} torch thread(s) per "
+        "process (in-process: one process, clients in turn; Flower: one process "
+        "per node, nodes at once)"
+    )
     for algorithm in args.algorithms.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            inproc = config(root / "inproc", algorithm, args.rounds, threads)
+            size = (args.samples, args.image_size)
+            inproc = config(root / "inproc", algorithm, args.rounds, threads, *size)
             t0 = time.perf_counter()
             run_experiment(inproc)
             inproc_total = time.perf_counter() - t0
-            flower = config(root / "flower", algorithm, args.rounds, threads)
-            startup = flower_run(root / "fed", flower, args.rounds)
             rows_i, walls_i = rounds_of(inproc)
-            rows_f, walls_f = rounds_of(flower)
             ser_s, ser_bytes = serialization_s(inproc)
+            flower: dict[str, tuple[dict[str, float], list[Any], list[float]]] = {}
+            for mode in modes:
+                cfg = config(root / mode, algorithm, args.rounds, threads, *size)
+                startup = flower_run(
+                    root / f"fed-{mode}", cfg, args.rounds, mode == "worker"
+                )
+                flower[mode] = (startup, *rounds_of(cfg))
         steady_i = statistics.median(walls_i[1:] or walls_i)
-        steady_f = statistics.median(walls_f[1:] or walls_f)
-        print(
-            f"\n== {algorithm}: ResNet-18, 32 px, {len(CLIENTS)} clients x ~18 images"
-        )
-        print(
-            "start-up: SuperLink {superlink_s:.1f} s, SuperNodes {supernodes_s:.1f} s, "
-            "flwr run -> ServerApp {run_to_serverapp_s:.1f} s, -> end of round 1 "
-            "{run_to_round1_end_s:.1f} s, whole run {run_total_s:.1f} s".format(
-                **startup
-            )
-        )
+        print(f"\n== {algorithm}")
         print(
             f"in-process whole run {inproc_total:.1f} s (incl. data and model set-up)"
         )
-        print(
-            "round  in-process_s  flower_s  ratio  payload_up_MB  payload_down_MB"
-            "  records_up_MB  records_down_MB"
-        )
-        for ri, rf, wi, wf in zip(rows_i, rows_f, walls_i, walls_f, strict=True):
-            print(
-                f"{ri['round']:>5}  {wi:12.2f}  {wf:8.2f}  {wf / wi:5.1f}  "
-                f"{rf['bytes_up'] / 1e6:13.2f}  {rf['bytes_down'] / 1e6:15.2f}  "
-                f"{rf['wire_bytes_up'] / 1e6:13.2f}  "
-                f"{rf['wire_bytes_down'] / 1e6:15.2f}"
+        for mode, (startup, rows_f, walls_f) in flower.items():
+            steady_f = statistics.median(walls_f[1:] or walls_f)
+            print(f"-- Flower, {mode} nodes")
+            fmt = (
+                "start-up: SuperLink {superlink_s:.1f} s, SuperNodes {supernodes_s:.1f}"
+                " s, flwr run -> ServerApp {run_to_serverapp_s:.1f} s, -> end of "
+                "round 1 {run_to_round1_end_s:.1f} s, whole run {run_total_s:.1f} s"
             )
-            assert rf["bytes_up"] == ri["bytes_up"], "payload bytes differ"
-        stats = [r for r in rows_f if "stats/pool_entries" in r]
-        if stats:
-            entries = stats[0]["stats/pool_entries"]
-            stats_bytes = entries * 4 * 3 * 4  # moments x channels x float32
+            print(fmt.format(**startup))
             print(
-                f"statistics up per round: {stats_bytes} B ({entries} pooled "
-                f"entries) vs weights {(rows_f[0]['bytes_up'] - stats_bytes) / 1e6:.1f}"
-                " MB up"
+                "round  in-process_s  flower_s  ratio  payload_up_MB  payload_down_MB"
+                "  records_up_MB  records_down_MB"
             )
-        print(
-            f"steady round (median of rounds 2..): in-process {steady_i:.2f} s, "
-            f"Flower {steady_f:.2f} s, ratio {steady_f / steady_i:.1f} (target <= 1.2)"
-        )
+            for ri, rf, wi, wf in zip(rows_i, rows_f, walls_i, walls_f, strict=True):
+                print(
+                    f"{ri['round']:>5}  {wi:12.2f}  {wf:8.2f}  {wf / wi:5.2f}  "
+                    f"{rf['bytes_up'] / 1e6:13.2f}  {rf['bytes_down'] / 1e6:15.2f}  "
+                    f"{rf['wire_bytes_up'] / 1e6:13.2f}  "
+                    f"{rf['wire_bytes_down'] / 1e6:15.2f}"
+                )
+                assert rf["bytes_up"] == ri["bytes_up"], "payload bytes differ"
+            stats = [r for r in rows_f if "stats/pool_entries" in r]
+            if stats:
+                entries = stats[0]["stats/pool_entries"]
+                stats_bytes = entries * 4 * 3 * 4  # moments x channels x float32
+                weights_mb = (rows_f[0]["bytes_up"] - stats_bytes) / 1e6
+                print(
+                    f"statistics up per round: {stats_bytes} B ({entries} pooled "
+                    f"entries) vs weights {weights_mb:.1f} MB up"
+                )
+            print(
+                f"steady round (median of rounds 2..): in-process {steady_i:.2f} s, "
+                f"Flower {steady_f:.2f} s, ratio {steady_f / steady_i:.2f} "
+                "(target <= 1.2)"
+            )
+            print(
+                json.dumps(
+                    {
+                        "algorithm": algorithm,
+                        "nodes": mode,
+                        **startup,
+                        "steady_inproc_s": steady_i,
+                        "steady_flower_s": steady_f,
+                    }
+                )
+            )
         print(
             f"serialization alone, one ResNet-18 state ({ser_bytes / 1e6:.1f} MB of "
             f"Flower objects): {ser_s:.3f} s"
         )
-        flwr_imp, full_imp = import_s()
-        print(
-            f"per-message process start (one idle process): import flwr "
-            f"{flwr_imp:.1f} s, + torch and fedpath {full_imp:.1f} s"
-        )
-        print(
-            json.dumps(
-                {
-                    "algorithm": algorithm,
-                    **startup,
-                    "steady_inproc_s": steady_i,
-                    "steady_flower_s": steady_f,
-                }
-            )
-        )
+    flwr_imp, full_imp = import_s()
+    print(
+        f"a fresh ClientApp process (plain nodes: one per message): import flwr "
+        f"{flwr_imp:.1f} s, + torch and fedpath {full_imp:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ Two layers:
   Flower's wire serialization, to the real ClientApp with one Context per node
   (FlowerRun, the records and the ClientApp, without processes or sockets);
 - slow: Flower's deployment engine itself, a SuperLink and SuperNodes started as
-  subprocesses on free ports (insecure; TLS + SuperNode authentication), runs
-  launched with ``flwr run``, a node killed mid-run.
+  subprocesses on free ports (insecure, nodes with fedpath's persistent worker;
+  TLS + SuperNode authentication, plain Flower nodes), runs launched with
+  ``flwr run``, a node killed mid-run.
 
 Equality is bit-exact (``torch.equal`` on every entry of the final global state,
 identical evaluation records): the client halves run the same code on the same
@@ -439,7 +440,9 @@ def start_federation(
     clients: Iterable[str],
     tls: deploy.TlsFiles | None = None,
     keys: dict[str, tuple[Path, Path]] | None = None,
+    worker: bool = True,
 ) -> Federation:
+    """SuperLink + one SuperNode per client; ``worker=False``: plain Flower nodes."""
     link, address = deploy.start_superlink(
         root / "link", tls=tls, node_auth=keys is not None
     )
@@ -468,6 +471,8 @@ def start_federation(
                     {"client-id": cid},
                     tls.ca_cert if tls is not None else None,
                     key,
+                    worker=worker,
+                    poll_interval=deploy.POLL_INTERVAL if worker else None,
                 )
             )
         for svc in fed.services[1:]:
@@ -546,7 +551,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     keys = {
         c: deploy.make_node_keys(root / "keys", f"h{i}") for i, c in enumerate(clients)
     }
-    fed = start_federation(root, clients, tls, keys)
+    fed = start_federation(root, clients, tls, keys, worker=False)  # plain Flower
     yield fed
     fed.stop()
 

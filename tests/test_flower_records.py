@@ -27,6 +27,7 @@ from fedpath.runtime.flower.records import (
     header_strs,
     payload_to_records,
     records_to_payload,
+    unpack_records,
 )
 from fedpath.types import ClientState, Payload
 
@@ -84,19 +85,55 @@ def assert_same(a: Payload, b: Payload) -> None:
         assert type(b.scalars[k]) is type(v), k
 
 
-def test_every_dtype_and_shape_round_trips_bit_exactly() -> None:
+def every_dtype_and_shape() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    arrays = {
+    return {
         f"{np.dtype(dt).name}_{'x'.join(map(str, sh)) or 'scalar'}": sample(dt, sh, rng)
         for dt in DTYPES
         for sh in SHAPES
     }
-    payload = Payload({"weights": arrays}, {"round": 3})
-    back = records_to_payload(wire(payload_to_records(payload)))
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_every_dtype_and_shape_round_trips_bit_exactly(pack: bool) -> None:
+    payload = Payload({"weights": every_dtype_and_shape()}, {"round": 3})
+    back = records_to_payload(wire(payload_to_records(payload, pack=pack)))
     assert_same(payload, back)
 
 
-def test_groups_order_empty_groups_and_views() -> None:
+def test_packing_cuts_the_objects_flower_moves_not_the_bytes() -> None:
+    arrays = {f"layer{i}.weight": np.full((64, 64), i, np.float32) for i in range(100)}
+    payload = Payload({"weights": arrays})
+    plain = get_all_nested_objects(payload_to_records(payload))
+    packed = get_all_nested_objects(payload_to_records(payload, pack=True))
+    assert len(plain) > 200 and len(packed) <= 6  # records, array, chunk(s)
+    size = sum(len(o.deflate()) for o in packed.values())
+    assert size < 1.01 * sum(len(o.deflate()) for o in plain.values())
+    assert size > 100 * 64 * 64 * 4
+
+
+def test_unpack_records_gives_the_per_array_layout() -> None:
+    payload = Payload({"weights": every_dtype_and_shape(), "pool": {}}, {"n": 1})
+    records = wire(payload_to_records(payload, pack=True))
+    unpack_records(records)
+    assert not any("packed/" in k or "index/" in k for k in records)
+    assert set(records.array_records) == {"arrays/weights", "arrays/pool"}
+    assert_same(payload, records_to_payload(records))
+
+
+def test_a_broken_pack_index_fails_naming_it() -> None:
+    payload = Payload({"weights": {"w": np.zeros((4, 4), np.float32)}})
+    records = payload_to_records(payload, pack=True)
+    records["index/weights"]["shapes"] = ["40,4"]
+    with pytest.raises(RecordError, match="'packed/weights': 'w' runs past the end"):
+        records_to_payload(records)
+    del records["index/weights"]
+    with pytest.raises(RecordError, match="without its index 'index/weights'"):
+        records_to_payload(records)
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_groups_order_empty_groups_and_views(pack: bool) -> None:
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     payload = Payload(
         {
@@ -105,7 +142,7 @@ def test_groups_order_empty_groups_and_views() -> None:
             "stats/with/slashes": {"mean": np.zeros((0, 3, 4), np.float32)},
         }
     )
-    back = records_to_payload(wire(payload_to_records(payload)))
+    back = records_to_payload(wire(payload_to_records(payload, pack=pack)))
     assert_same(payload, back)
     assert back.arrays["pool"] == {}
     assert back.arrays["weights"]["a.bias"].flags.writeable  # aggregation may write

@@ -21,7 +21,7 @@ The names below are the message protocol shared by the two apps.
 from __future__ import annotations
 
 #: Version of the fedpath-over-Flower message layout (bumped on incompatible change).
-PROTOCOL = 1
+PROTOCOL = 2  # 2: stage payloads packed (records.py)
 
 #: ConfigRecord that carries the message header (stage, round, client...).
 META = "fedpath"
@@ -49,6 +49,8 @@ NC_DATA_ROOT = "data-root"
 NC_DATA_PARAMS = "data-params"
 NC_DEVICE = "device"
 NC_THREADS = "threads"
+#: path of the node's persistent worker socket (set by ``fedpath flower supernode``)
+NC_WORKER = "worker"
 NC_DP_CLIP = "dp-clipping-norm"
 NC_DP_SENSITIVITY = "dp-sensitivity"
 NC_DP_EPSILON = "dp-epsilon"

@@ -141,6 +141,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _tls_client_args(node)
     node.add_argument("--key", type=Path, help="private key (node authentication)")
     node.add_argument("--port", type=int, default=9094, help="local app API port")
+    node.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="run every message in Flower's fresh ClientApp process (slower: "
+        "PyTorch, fedpath and the data load per message) instead of the node's "
+        "persistent worker",
+    )
+    node.add_argument(
+        "--worker-socket",
+        type=Path,
+        help="the worker's Unix socket (default: <tmp>/fedpath-<uid>/node-<port>.sock)",
+    )
+    node.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.2,
+        help="cap on the SuperNode's idle waits in seconds (Flower's own: 3); "
+        "0 or less keeps Flower's",
+    )
     dp = node.add_argument_group("local differential privacy (Flower's LocalDpMod)")
     dp.add_argument("--dp-clipping-norm", type=float)
     dp.add_argument("--dp-sensitivity", type=float)
@@ -264,7 +283,7 @@ def _cmd_superlink(args: argparse.Namespace) -> int:
 
 
 def _cmd_supernode(args: argparse.Namespace) -> int:
-    from fedpath.runtime.flower.deploy import supernode_command
+    from fedpath.runtime.flower.deploy import supernode_command, worker_socket
 
     node_config: dict[str, Any] = {NC_CLIENT: args.client_id}
     for key, value in (
@@ -289,7 +308,24 @@ def _cmd_supernode(args: argparse.Namespace) -> int:
         raise ConfigError(f"--data-root {args.data_root!r} does not exist")
     ca = None if args.insecure else _existing(args.ca, "CA certificate")
     private = None if args.key is None else _existing(args.key, "private key")
-    cmd = supernode_command(args.superlink, args.port, node_config, ca, private)
+    worker = None
+    if not args.no_worker:
+        worker = args.worker_socket or worker_socket(args.port)
+        if len(str(worker)) > 100:
+            raise ConfigError(
+                f"--worker-socket {str(worker)!r}: a Unix socket path must be "
+                "shorter than 100 characters"
+            )
+    poll = args.poll_interval if args.poll_interval > 0 else None
+    cmd = supernode_command(
+        args.superlink,
+        args.port,
+        node_config,
+        ca,
+        private,
+        worker=worker,
+        poll_interval=poll,
+    )
     return _exec(cmd, args.dry_run)
 
 

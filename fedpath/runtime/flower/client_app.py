@@ -18,6 +18,9 @@ node-config key               meaning
 ``data-params``               YAML mapping of dataset params (default: the run's)
 ``device``, ``threads``       ``runtime.device`` / ``runtime.threads`` on this node
 ``dp-clipping-norm`` ...      local DP with Flower's ``LocalDpMod`` (see below)
+``worker``                    socket of the node's persistent worker (:mod:`.worker`;
+                              set by ``fedpath flower supernode``): the stage runs
+                              there instead of in this fresh process
 ============================  ==================================================
 
 Any failure (a config it cannot parse, a missing data folder, other classes than
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -59,6 +63,7 @@ from fedpath.runtime.flower import (
     NC_DP_EPSILON,
     NC_DP_SENSITIVITY,
     NC_THREADS,
+    NC_WORKER,
     PROTOCOL,
     RC_CONFIG,
     STATE_PREFIX,
@@ -70,6 +75,7 @@ from fedpath.runtime.flower.records import (
     header_strs,
     payload_to_records,
     records_to_payload,
+    unpack_records,
 )
 from fedpath.types import ClientState, Payload
 
@@ -188,17 +194,48 @@ def find_client(
     )
 
 
+#: Datasets this process has built, by data config (a worker keeps them across
+#: messages; a fresh ClientApp process builds its one dataset once).
+_DATASETS: dict[str, DomainDataset] = {}
+_DATASETS_KEPT = 2
+
+
+def node_dataset(cfg: ExperimentConfig) -> DomainDataset:
+    """The node's dataset, built once per process and data config."""
+    from fedpath.runtime.experiment import load_dataset
+
+    key = repr(cfg.data)
+    if key not in _DATASETS:
+        while len(_DATASETS) >= _DATASETS_KEPT:
+            del _DATASETS[next(iter(_DATASETS))]
+        _DATASETS[key] = load_dataset(cfg.data)
+    return _DATASETS[key]
+
+
 def handle_stage(msg: Message, context: Context) -> RecordDict:
-    """Run the client half of the algorithm on one stage message; the reply records."""
+    """Run the client half of the algorithm on one stage message; the reply records.
+
+    With node config ``worker`` (a socket path) the node's persistent worker runs
+    it (:mod:`.worker`); otherwise this process does.
+    """
+    socket = context.node_config.get(NC_WORKER)
+    if socket:
+        from fedpath.runtime.flower.worker import call
+
+        return call(Path(str(socket)), msg.content, context)
+    return handle_content(msg.content, context)
+
+
+def handle_content(content: RecordDict, context: Context) -> RecordDict:
+    """The client half of the algorithm on one stage message's content."""
     import torch
 
     from fedpath.algorithms.base import ALGORITHMS, ClientContext
     from fedpath.data.base import DataError
     from fedpath.models.backbones import build_model
-    from fedpath.runtime.experiment import load_dataset
 
     cid = node_client_id(context)
-    meta = msg.content.config_records.get(META)
+    meta = content.config_records.get(META)
     if meta is None:
         raise NodeError(f"client {cid}: message without the {META!r} header")
     protocol = header_int(meta, "protocol")
@@ -219,7 +256,7 @@ def handle_stage(msg: Message, context: Context) -> RecordDict:
     cfg = node_experiment(context)
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
-    dataset = load_dataset(cfg.data)
+    dataset = node_dataset(cfg)
     classes = header_strs(meta, "classes")
     if list(dataset.classes) != classes:
         raise DataError(
@@ -250,12 +287,13 @@ def handle_stage(msg: Message, context: Context) -> RecordDict:
     )
     prefix = f"{STATE_PREFIX}/{target}/{seed}/"
     state = records_to_payload(context.state, ClientState, prefix)
-    payload: Payload = records_to_payload(msg.content)
+    payload: Payload = records_to_payload(content)
     spec = ALGORITHMS.get(cfg.algorithm.name)
     reply = spec.client(params, ctx).handle(stage, payload, state)
     clear_records(context.state, prefix)
     payload_to_records(state, context.state, prefix)
-    content = payload_to_records(reply)
+    # packed (fewer Flower objects), except for LocalDpMod, which works per array
+    content = payload_to_records(reply, pack=NC_DP_CLIP not in context.node_config)
     content[META] = ConfigRecord({"client": cid, "stage": stage, "round": rnd})
     return content
 
@@ -263,7 +301,10 @@ def handle_stage(msg: Message, context: Context) -> RecordDict:
 def error_reply(msg: Message, context: Context, err: Exception) -> Message:
     """An error reply whose reason names the client and the node."""
     cid = context.node_config.get(NC_CLIENT, "?")
-    reason = f"client {cid} (node {context.node_id}): {type(err).__name__}: {err}"
+    # a worker's error already reads "ExceptionType: message"
+    remote = type(err).__name__ == "WorkerError"
+    what = str(err) if remote else f"{type(err).__name__}: {err}"
+    reason = f"client {cid} (node {context.node_id}): {what}"
     log.error("%s", reason, exc_info=err)
     return Message(
         Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason),
@@ -297,6 +338,7 @@ def local_dp_mod(
                 f"{NC_DP_DELTA} (and optionally {NC_DP_SENSITIVITY}): {err}"
             ),
         )
+    unpack_records(msg.content)  # the mod subtracts the received arrays by name
     reply = mod(msg, context, call_next)
     if reply.has_error() and "(node " not in (reply.error.reason or ""):
         return error_reply(msg, context, NodeError(f"LocalDpMod: {reply.error.reason}"))

@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedpath.runtime.flower import NC_WORKER
+
 #: The Flower app (a FAB is built from this folder): both components are fedpath
 #: modules, so the app carries no code; the run config holds the experiment.
 APP_PYPROJECT = """\
@@ -379,6 +381,19 @@ def superlink_command(
     return cmd
 
 
+#: Default cap (s) on the SuperNode's idle waits (Flower's own: 3 s; see .node).
+POLL_INTERVAL = 0.2
+
+
+def worker_socket(port: int) -> Path:
+    """Default socket of the worker of the node whose app API is on ``port``.
+
+    Short on purpose (a Unix socket path has at most 107 bytes) and private to the
+    user: ``<tmp>/fedpath-<uid>/node-<port>.sock``.
+    """
+    return Path(tempfile.gettempdir()) / f"fedpath-{os.getuid()}" / f"node-{port}.sock"
+
+
 def supernode_command(
     superlink: str,
     port: int,
@@ -386,10 +401,20 @@ def supernode_command(
     root_cert: Path | None = None,
     private_key: Path | None = None,
     max_wait: float | None = None,
+    worker: Path | None = None,
+    poll_interval: float | None = POLL_INTERVAL,
+    worker_log: Path | None = None,
 ) -> list[str]:
-    """``flower-supernode`` serving one fedpath client (see client_app's keys)."""
-    cmd = [
-        flower_bin("flower-supernode"),
+    """``flower-supernode`` serving one fedpath client (see client_app's keys).
+
+    With a ``worker`` socket or a ``poll_interval`` the node runs through
+    :mod:`.node` (``python -m fedpath.runtime.flower.node ... -- <the same
+    flower-supernode arguments>``), which starts the persistent worker and caps
+    the SuperNode's idle waits; with neither it is the plain Flower command.
+    """
+    if worker is not None:
+        node_config = {**node_config, NC_WORKER: str(worker)}
+    args = [
         "--superlink",
         superlink,
         "--port",
@@ -397,14 +422,23 @@ def supernode_command(
         "--node-config",
         node_config_arg(node_config),
     ]
-    cmd += (
+    args += (
         ["--insecure"] if root_cert is None else ["--root-certificates", str(root_cert)]
     )
     if private_key is not None:
-        cmd += ["--auth-supernode-private-key", str(private_key)]
+        args += ["--auth-supernode-private-key", str(private_key)]
     if max_wait is not None:
-        cmd += ["--max-wait-time", str(max_wait)]
-    return cmd
+        args += ["--max-wait-time", str(max_wait)]
+    if worker is None and poll_interval is None:
+        return [flower_bin("flower-supernode"), *args]
+    node = [sys.executable, "-m", "fedpath.runtime.flower.node"]
+    if worker is not None:
+        node += ["--socket", str(worker)]
+        if worker_log is not None:
+            node += ["--worker-log", str(worker_log)]
+    if poll_interval is not None:
+        node += ["--poll-interval", str(poll_interval)]
+    return [*node, "--", *args]
 
 
 def node_config_arg(node_config: Mapping[str, str | int | float | bool]) -> str:
@@ -449,10 +483,25 @@ def start_supernode(
     root_cert: Path | None = None,
     private_key: Path | None = None,
     max_wait: float | None = None,
+    worker: bool = True,
+    poll_interval: float | None = POLL_INTERVAL,
 ) -> Service:
-    """Start a SuperNode (home ``folder/name``, log ``folder/name.log``)."""
+    """Start a SuperNode (home ``folder/name``, log ``folder/name.log``).
+
+    With ``worker`` (default) it runs with a persistent worker whose log is
+    ``folder/name.worker.log``; ``worker=False, poll_interval=None`` is plain Flower.
+    """
+    port = free_port()
     cmd = supernode_command(
-        superlink, free_port(), node_config, root_cert, private_key, max_wait
+        superlink,
+        port,
+        node_config,
+        root_cert,
+        private_key,
+        max_wait,
+        worker=worker_socket(port) if worker else None,
+        poll_interval=poll_interval,
+        worker_log=folder / f"{name}.worker.log",
     )
     return _start(name, cmd, folder / name, folder / f"{name}.log")
 

@@ -11,6 +11,18 @@ shape and every bit survive; an empty group is an empty ArrayRecord and comes ba
 as an empty group. Scalars are ``int | float | str | bool``; NumPy scalars become
 the Python number of the same value. Records outside the prefix (the message
 header) are ignored when reading.
+
+Packed layout (``pack=True``, what the stage messages use)::
+
+    "{prefix}packed/{group}"  ArrayRecord   one uint8 Array: the group's arrays'
+                                            raw bytes, one after the other
+    "{prefix}index/{group}"   ConfigRecord  names, dtypes ("<f4"...), shapes
+                                            ("64,3,7,7"), byte offsets
+
+Flower moves every Array (and every 5 MiB chunk of one) as a separate object with
+its own request and hash at each hop; a ResNet-18 state is 122 arrays and about
+200 objects one by one, packed it is 10. The bytes are the same, so a packed group
+unpacks bit for bit. Reading accepts both layouts.
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ from fedpath.types import ArrayDict, Payload, Scalar
 P = TypeVar("P", bound=Payload)
 
 ARRAYS = "arrays/"
+PACKED = "packed/"
+INDEX = "index/"
 SCALARS = "scalars"
 
 
@@ -33,14 +47,24 @@ class RecordError(TypeError):
 
 
 def payload_to_records(
-    payload: Payload, into: RecordDict | None = None, prefix: str = ""
+    payload: Payload,
+    into: RecordDict | None = None,
+    prefix: str = "",
+    pack: bool = False,
 ) -> RecordDict:
-    """Store ``payload`` as records (in ``into`` if given); returns the RecordDict."""
+    """Store ``payload`` as records (in ``into`` if given); returns the RecordDict.
+
+    ``pack``: each non-empty array group as one byte buffer (module docstring).
+    """
     out = RecordDict() if into is None else into
     for group, arrays in payload.arrays.items():
+        checked = {n: _checked_array(v, group, n) for n, v in arrays.items()}
+        if pack and checked:
+            _pack(checked, out, f"{prefix}{PACKED}{group}", f"{prefix}{INDEX}{group}")
+            continue
         record = ArrayRecord()
-        for name, value in arrays.items():
-            record[name] = Array(_checked_array(value, group, name))
+        for name, value in checked.items():
+            record[name] = Array(value)
         out[f"{prefix}{ARRAYS}{group}"] = record
     out[f"{prefix}{SCALARS}"] = ConfigRecord(
         {k: _checked_scalar(v, k) for k, v in payload.scalars.items()}
@@ -60,13 +84,18 @@ def records_to_payload(
     records: RecordDict, cls: type[Payload] = Payload, prefix: str = ""
 ) -> Payload:
     """The payload stored under ``prefix`` (empty if nothing is stored there)."""
-    start = f"{prefix}{ARRAYS}"
+    start, packed = f"{prefix}{ARRAYS}", f"{prefix}{PACKED}"
     arrays: dict[str, ArrayDict] = {}
     for key, record in records.array_records.items():
         if key.startswith(start):
             arrays[key[len(start) :]] = {
                 name: array.numpy() for name, array in record.items()
             }
+        elif key.startswith(packed):
+            group = key[len(packed) :]
+            index_key = f"{prefix}{INDEX}{group}"
+            index = records.config_records.get(index_key)
+            arrays[group] = _unpack(record, index, key, index_key)
     scalars: dict[str, Scalar] = {}
     config = records.config_records.get(f"{prefix}{SCALARS}")
     if config is not None:
@@ -78,6 +107,51 @@ def records_to_payload(
                 )
             scalars[k] = v
     return cls(arrays, scalars)
+
+
+def _pack(arrays: ArrayDict, out: RecordDict, key: str, index_key: str) -> None:
+    names, dtypes, shapes, offsets = [], [], [], []
+    offset = 0
+    for name, value in arrays.items():
+        names.append(name)
+        dtypes.append(value.dtype.str)
+        shapes.append(",".join(str(d) for d in value.shape))
+        offsets.append(offset)
+        offset += value.nbytes
+    buffer = np.empty(offset, np.uint8)
+    for start, value in zip(offsets, arrays.values(), strict=True):
+        flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        buffer[start : start + flat.size] = flat
+    out[key] = ArrayRecord({"bytes": Array(buffer)})
+    out[index_key] = ConfigRecord(
+        {"names": names, "dtypes": dtypes, "shapes": shapes, "offsets": offsets}
+    )
+
+
+def _unpack(record: object, index: object, key: str, index_key: str) -> ArrayDict:
+    if (
+        not isinstance(record, ArrayRecord)
+        or not isinstance(index, ConfigRecord)
+        or "bytes" not in record
+    ):
+        raise RecordError(f"packed record {key!r} without its index {index_key!r}")
+    buffer = record["bytes"].numpy()
+    fields = [index.get(k) for k in ("names", "dtypes", "shapes", "offsets")]
+    lists = [f for f in fields if isinstance(f, list)]
+    if len(lists) != 4 or len({len(f) for f in lists}) != 1:
+        raise RecordError(f"index {index_key!r}: names, dtypes, shapes and offsets")
+    names, dtypes, shapes, offsets = lists
+    out: ArrayDict = {}
+    for name, dtype, shape, offset in zip(names, dtypes, shapes, offsets, strict=True):
+        dims = tuple(int(d) for d in str(shape).split(",") if d)
+        dt = np.dtype(str(dtype))
+        size = dt.itemsize * int(np.prod(dims, dtype=np.int64))
+        start = int(str(offset))
+        chunk = buffer[start : start + size]
+        if chunk.size != size:
+            raise RecordError(f"packed record {key!r}: {name!r} runs past the end")
+        out[str(name)] = chunk.view(dt).reshape(dims).copy()
+    return out
 
 
 def header_int(header: ConfigRecord, key: str) -> int:
@@ -104,6 +178,29 @@ def header_strs(header: ConfigRecord, key: str) -> list[str]:
             f"message header {key!r}: expected a list of strings, got {value!r}"
         )
     return [str(v) for v in value]
+
+
+def unpack_records(records: RecordDict) -> None:
+    """Rewrite every packed group of ``records`` in the per-array layout, in place.
+
+    For code that works on the arrays by name (Flower's ``LocalDpMod``). The order
+    of the records is kept.
+    """
+    items = dict(records.items())
+    if not any(PACKED in k for k in items):
+        return
+    for key in items:
+        del records[key]
+    for key, record in items.items():
+        if PACKED in key:
+            prefix, group = key.rsplit(PACKED, 1)
+            index_key = f"{prefix}{INDEX}{group}"
+            arrays = _unpack(record, items.get(index_key), key, index_key)
+            records[f"{prefix}{ARRAYS}{group}"] = ArrayRecord(
+                {name: Array(value) for name, value in arrays.items()}
+            )
+        elif not (INDEX in key and key.replace(INDEX, PACKED, 1) in items):
+            records[key] = record
 
 
 def clear_records(records: RecordDict, prefix: str) -> None:

@@ -255,7 +255,7 @@ class FlowerRun(InProcessRun):
             if node is None:
                 self._failure(rnd, stage, cid, None, "no node serves this client")
                 continue
-            content = payload_to_records(messages[cid])
+            content = payload_to_records(messages[cid], pack=True)
             content[META] = self._header(stage, rnd, cid)
             wire_down += _record_bytes(content)
             out.append(Message(content, dst_node_id=node, message_type=STAGE_MESSAGE))

@@ -1,0 +1,214 @@
+"""A SuperNode's persistent worker: PyTorch, fedpath and the node's data stay loaded.
+
+Flower 1.42 starts a fresh ``flwr-clientapp`` process for every message. Importing
+PyTorch and fedpath and building the dataset in that process costs several seconds
+per message, more than a small round's training. With a worker (what ``fedpath
+flower supernode`` starts next to the SuperNode, see :mod:`.node`) the ClientApp
+process stays thin: it imports Flower and the record code only, hands the stage
+message and the node's ``context.state`` to the worker over a local Unix socket and
+returns the worker's reply. The worker runs exactly the code the ClientApp would
+run itself (:func:`~.client_app.handle_content`), so results do not change (tested
+bit-exact against in-process).
+
+Security: the socket and its key file (``<socket>.key``, 32 random bytes written
+when the worker starts) are readable only by the user that runs the node, and
+:mod:`multiprocessing.connection` authenticates every connection with that key
+(HMAC challenge) before anything is unpickled. The worker serves one message at a
+time, as the SuperNode does. Data read from disk is cached for the worker's
+lifetime: restart the node after changing its data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import sys
+import threading
+import time
+import traceback
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, RecordDict
+
+log = logging.getLogger("fedpath")
+
+STOP = "stop"
+PING = "ping"
+
+
+class WorkerError(RuntimeError):
+    """The worker could not be reached, or the message failed inside it.
+
+    The text is the reason as it should reach the coordinator (already
+    ``ExceptionType: message`` for a failure inside the worker).
+    """
+
+
+def key_path(socket: Path) -> Path:
+    """Where the worker keeps the key that authenticates its clients."""
+    return socket.with_name(socket.name + ".key")
+
+
+def _write_key(socket: Path) -> bytes:
+    key = secrets.token_bytes(32)
+    path = key_path(socket)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
+    return key
+
+
+def serve(socket: Path, ready: threading.Event | None = None) -> None:
+    """Answer stage requests on ``socket`` until a :data:`STOP` request arrives."""
+    socket.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    socket.unlink(missing_ok=True)
+    key = _write_key(socket)
+    # the socket file is created with the process umask; keep it private
+    old = os.umask(0o077)
+    try:
+        listener = Listener(str(socket), family="AF_UNIX", authkey=key)
+    finally:
+        os.umask(old)
+    log.info("fedpath worker: serving on %s (pid %d)", socket, os.getpid())
+    if ready is not None:
+        ready.set()
+    with listener:
+        while True:
+            try:
+                conn = listener.accept()
+            except Exception as err:  # a client with a wrong key, a broken connect
+                log.warning("fedpath worker: refused a connection: %s", err)
+                continue
+            with conn:
+                try:
+                    request = conn.recv()
+                except (EOFError, OSError):
+                    continue
+                if request == STOP:
+                    conn.send(("ok", None, None))
+                    break
+                if request == PING:
+                    conn.send(("ok", os.getpid(), None))
+                    continue
+                conn.send(answer(request))
+    socket.unlink(missing_ok=True)
+    key_path(socket).unlink(missing_ok=True)
+
+
+def answer(request: dict[str, Any]) -> tuple[str, Any, Any]:
+    """Run one stage: ``("ok", reply, state)`` or ``("error", reason, traceback)``."""
+    from fedpath.runtime.flower.client_app import handle_content
+
+    try:
+        context = Context(
+            run_id=int(request["run_id"]),
+            node_id=int(request["node_id"]),
+            node_config=dict(request["node_config"]),
+            state=request["state"],
+            run_config=dict(request["run_config"]),
+        )
+        reply = handle_content(request["content"], context)
+    except Exception as err:
+        log.error("fedpath worker: stage failed", exc_info=err)
+        return "error", f"{type(err).__name__}: {err}", traceback.format_exc()
+    return "ok", reply, context.state
+
+
+def _connect(socket: Path) -> Connection:
+    try:
+        key = key_path(socket).read_bytes()
+        return Client(str(socket), family="AF_UNIX", authkey=key)
+    except OSError as err:
+        raise WorkerError(
+            f"the node's worker at {socket} is not running ({err}); `fedpath flower "
+            "supernode` starts it (or drop the node config key 'worker')"
+        ) from None
+
+
+def call(socket: Path, content: RecordDict, context: Context) -> RecordDict:
+    """Have the worker on ``socket`` run a stage; updates ``context.state``."""
+    request = {
+        "content": content,
+        "state": context.state,
+        "run_config": dict(context.run_config),
+        "node_config": dict(context.node_config),
+        "node_id": context.node_id,
+        "run_id": context.run_id,
+    }
+    with _connect(socket) as conn:
+        conn.send(request)
+        try:
+            status, reply, extra = conn.recv()
+        except (EOFError, OSError) as err:
+            raise WorkerError(
+                f"the node's worker at {socket} died during the stage ({err!r}); "
+                "its log says why (out of memory?); the node restarts it"
+            ) from None
+    if status != "ok":
+        raise WorkerError(str(reply))
+    state = context.state
+    for key in list(state):
+        del state[key]
+    for key, record in extra.items():
+        state[key] = record
+    return reply
+
+
+def stop(socket: Path) -> None:
+    """Ask the worker on ``socket`` to exit (after the stage it is running)."""
+    with _connect(socket) as conn:
+        conn.send(STOP)
+        conn.recv()
+
+
+def ping(socket: Path) -> int:
+    """The worker's process id if it answers on ``socket`` (WorkerError if not)."""
+    try:
+        with _connect(socket) as conn:
+            conn.send(PING)
+            return int(conn.recv()[1])
+    except (EOFError, ConnectionError, AuthenticationError) as err:
+        raise WorkerError(f"the worker at {socket} does not answer: {err!r}") from None
+
+
+def _exit_with_parent(pid: int, socket: Path) -> None:
+    """Exit when the node that started this worker is gone (even if it was killed)."""
+    while os.getppid() == pid:
+        time.sleep(1.0)
+    socket.unlink(missing_ok=True)
+    key_path(socket).unlink(missing_ok=True)
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m fedpath.runtime.flower.worker", description=__doc__
+    )
+    ap.add_argument("--socket", type=Path, required=True)
+    ap.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    if args.parent_pid is not None:
+        threading.Thread(
+            target=_exit_with_parent, args=(args.parent_pid, args.socket), daemon=True
+        ).start()
+    # what the first message would import anyway: pay it before any message arrives
+    import torch  # noqa: F401
+
+    import fedpath.algorithms  # noqa: F401
+    from fedpath.runtime.flower import client_app  # noqa: F401
+
+    serve(args.socket)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The SuperNode's persistent worker: same results, same errors, private socket.
+
+The fast tests serve the worker in a thread of this process and run the Flower
+ClientApp over :class:`~tests.test_flower_loopback.LoopbackGrid` with node config
+``worker`` set, so every stage crosses the worker's socket; the slow ones start the
+worker as the node does (a supervised child process).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Context, RecordDict
+
+from fedpath.runtime.flower import RC_CONFIG, deploy, node, worker
+from fedpath.runtime.flower.client_app import app as client_app
+from fedpath.types import Payload
+from tests.test_flower_loopback import (
+    assert_same_run,
+    config,
+    in_process,
+    nodes_for,
+    run_over_grid,
+    stage_message,
+    task_identity,  # noqa: F401  (fixture)
+)
+
+
+@pytest.fixture
+def socket() -> Iterator[Path]:
+    """A worker served by a thread of this process (short path: AF_UNIX limit)."""
+    folder = Path(tempfile.mkdtemp(prefix="fpw"))
+    sock = folder / "w.sock"
+    ready = threading.Event()
+    thread = threading.Thread(target=worker.serve, args=(sock, ready), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield sock
+    worker.stop(sock)
+    thread.join(10)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every request the worker answers (to show the stages went through it)."""
+    seen: list[dict[str, Any]] = []
+    answer = worker.answer
+
+    def counting(request: dict[str, Any]) -> tuple[str, Any, Any]:
+        seen.append(request)
+        return answer(request)
+
+    monkeypatch.setattr(worker, "answer", counting)
+    return seen
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedstain", "fedbn"])
+def test_run_through_the_worker_equals_in_process(
+    tmp_path: Path,
+    task_identity: None,  # noqa: F811
+    socket: Path,
+    served: list[dict[str, Any]],
+    algorithm: str,
+) -> None:
+    extra = f"algorithm.name={algorithm}"
+    cfg = config(tmp_path / "flower", extra)
+    through = {"worker": str(socket)}
+    nodes = nodes_for(
+        "hospital_0/c0",
+        "hospital_1/c0",
+        **dict.fromkeys(["hospital_0", "hospital_1"], through),
+    )
+    run_over_grid(cfg, nodes)
+    assert_same_run(cfg, in_process(tmp_path, extra))
+    stages = 2 if algorithm == "fedstain" else 1  # statistics + fit
+    assert len(served) == 2 * cfg.train.rounds * stages
+    if algorithm == "fedbn":  # the private BatchNorm entries went there and back
+        assert any(len(r["state"].array_records) for r in served)
+
+
+def _reason(msg: Any, context: Context) -> str:
+    reply = client_app(msg, context)
+    assert reply.has_error()
+    return reply.error.reason or ""
+
+
+@pytest.mark.parametrize(
+    ("node_config", "header", "expected"),
+    [
+        ({"data-name": "manifest", "data-root": "/no/such/dir"}, {}, "no/such"),
+        ({}, {"classes": ["benign", "malignant"]}, "classes ['normal', 'tum"),
+        ({}, {"stage": "distill"}, "has no stage 'distill'"),
+    ],
+)
+def test_errors_in_the_worker_read_as_without_it(
+    tmp_path: Path,
+    task_identity: None,  # noqa: F811
+    socket: Path,
+    node_config: dict[str, Any],
+    header: dict[str, Any],
+    expected: str,
+) -> None:
+    cfg = config(tmp_path)
+    msg = stage_message(cfg, Payload({"weights": {}}), **header)
+    reasons = []
+    for extra in ({}, {"worker": str(socket)}):
+        nc = {"client-id": "hospital_0/c0", **node_config, **extra}
+        context = Context(1, 7, nc, RecordDict(), {RC_CONFIG: cfg.to_yaml()})
+        reasons.append(_reason(msg, context))
+    assert reasons[0] == reasons[1]
+    assert reasons[1].startswith("client hospital_0/c0 (node 7): "), reasons[1]
+    assert expected in reasons[1]
+
+
+def test_a_node_whose_worker_is_down_says_so(
+    tmp_path: Path,
+    task_identity: None,  # noqa: F811
+) -> None:
+    cfg = config(tmp_path)
+    msg = stage_message(cfg, Payload({"weights": {}}))
+    missing = tmp_path / "gone.sock"
+    nc = {"client-id": "hospital_0/c0", "worker": str(missing)}
+    reason = _reason(msg, Context(1, 7, nc, RecordDict(), {RC_CONFIG: cfg.to_yaml()}))
+    assert reason.startswith("client hospital_0/c0 (node 7): the node's worker at ")
+    assert "is not running" in reason and "fedpath flower supernode" in reason
+
+
+def test_the_socket_is_private_and_needs_the_key(socket: Path) -> None:
+    assert socket.stat().st_mode & 0o077 == 0
+    assert worker.key_path(socket).stat().st_mode & 0o777 == 0o600
+    with pytest.raises(AuthenticationError):
+        Client(str(socket), family="AF_UNIX", authkey=b"not the key")
+    assert worker.ping(socket) > 0  # still serving
+
+
+def test_poll_interval_caps_the_supernodes_idle_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flwr.supernode import start_client_internal as sci
+
+    monkeypatch.setattr(sci, "time", time)  # restored after the test
+    assert node.patch_poll_interval(0.05)
+    t0 = time.perf_counter()
+    sci.time.sleep(node.FLOWER_POLL_S)  # what the idle SuperNode calls
+    assert time.perf_counter() - t0 < 1.0
+    assert sci.time.monotonic is time.monotonic  # everything else is time's
+    assert not node.patch_poll_interval(0.05)  # applied once; not twice
+
+
+def test_supernode_command_with_and_without_worker(tmp_path: Path) -> None:
+    plain = deploy.supernode_command(
+        "127.0.0.1:9", 9094, {"client-id": "h/c0"}, poll_interval=None
+    )
+    assert Path(plain[0]).name == "flower-supernode"
+    sock = deploy.worker_socket(9094)
+    cmd = deploy.supernode_command(
+        "127.0.0.1:9", 9094, {"client-id": "h/c0"}, worker=sock
+    )
+    split = cmd.index("--")
+    assert cmd[1:3] == ["-m", "fedpath.runtime.flower.node"]
+    assert cmd[cmd.index("--socket") + 1] == str(sock)
+    assert cmd[cmd.index("--poll-interval") + 1] == str(deploy.POLL_INTERVAL)
+    assert cmd[split + 1 :] == [
+        *plain[1:6],
+        f'client-id="h/c0" worker="{sock}"',
+        *plain[7:],
+    ]
+    assert len(str(sock)) < 100
+
+
+@pytest.mark.slow
+def test_the_node_restarts_a_worker_that_dies(tmp_path: Path) -> None:
+    sock = deploy.worker_socket(deploy.free_port())
+    sup = node.WorkerSupervisor(sock, tmp_path / "worker.log").start()
+    try:
+        assert sup.wait_ready(120), (tmp_path / "worker.log").read_text()
+        assert sup.proc is not None
+        first = sup.proc.pid
+        sup.proc.kill()  # e.g. the kernel's out-of-memory killer
+        deadline = time.monotonic() + 60
+        while sup.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sup.restarts == 1
+        assert sup.wait_ready(120), (tmp_path / "worker.log").read_text()
+        assert worker.ping(sock) not in (first, 0)
+    finally:
+        sup.stop()
+    assert sup.proc is not None and sup.proc.poll() is not None
+
+
+def test_a_failed_stage_leaves_the_node_state_alone(socket: Path) -> None:
+    """Only a stage that succeeded replaces ``context.state`` (FedBN: test above)."""
+    from flwr.app import Array, ArrayRecord
+
+    context = Context(1, 7, {"client-id": "x"}, RecordDict(), {})
+    context.state["stale"] = ArrayRecord({"a": Array(np.zeros(2))})
+    with pytest.raises(worker.WorkerError, match="NodeError: client x: message"):
+        worker.call(socket, RecordDict(), context)
+    assert "stale" in context.state  # a failed stage leaves the state alone

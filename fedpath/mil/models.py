@@ -117,6 +117,21 @@ def build_mil_model(
     return MIL_MODELS.get(name)(params, in_dim, num_classes)
 
 
+def mil_builder(
+    backbone: str, params: Mapping[str, Any], in_dim: int, num_classes: int
+) -> Callable[[str | None], MILModel]:
+    """``build(name)``: the configured model (``model.backbone`` with
+    ``model.params``) for ``None`` or that name, another registered one by name
+    (FedHD clients may each choose their architecture)."""
+
+    def build(name: str | None = None) -> MILModel:
+        if name is None or name == backbone:
+            return build_mil_model(backbone, in_dim, num_classes, params)
+        return build_mil_model(name, in_dim, num_classes)
+
+    return build
+
+
 def label_index(label: Tensor | int) -> int:
     """The class index of a label given as an int or a 0-d / (1,) tensor."""
     return int(label.reshape(-1)[0]) if isinstance(label, Tensor) else int(label)

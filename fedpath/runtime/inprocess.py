@@ -160,18 +160,15 @@ class InProcessRun:
 
     def build_mil(self, name: str | None = None) -> MILModel:
         """The configured MIL model (``name=None``) or another registered one."""
-        from fedpath.mil.models import build_mil_model
+        from fedpath.mil.models import mil_builder
 
         store = self.dataset.store
         assert isinstance(store, BagStore)
-        if name is None or name == self.cfg.model.backbone:
-            return build_mil_model(
-                self.cfg.model.backbone,
-                store.dim,
-                self.dataset.num_classes,
-                self.cfg.model.params,
-            )
-        return build_mil_model(name, store.dim, self.dataset.num_classes)
+        model = self.cfg.model
+        build = mil_builder(
+            model.backbone, model.params, store.dim, self.dataset.num_classes
+        )
+        return build(name)
 
     def sample_clients(self, rnd: int) -> list[str]:
         ids = [c.client_id for c in self.clients]

@@ -32,6 +32,9 @@ STATE_PREFIX = "state"
 #: stages are chosen by the algorithm at run time while Flower routes on names
 #: registered when the ClientApp is imported.
 STAGE_MESSAGE = "train"
+#: Stage (in the header) asking a client to evaluate its deployed model on its own
+#: test split (``evaluation.protocol: local``); the reply carries metrics only.
+EVALUATE_STAGE = "fedpath.evaluate"
 #: Query asking a node which fedpath client it serves.
 HELLO_MESSAGE = "query.hello"
 

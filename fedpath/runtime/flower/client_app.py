@@ -52,6 +52,7 @@ from flwr.common.constant import ErrorCode
 from fedpath import __version__
 from fedpath.config import ConfigError, ExperimentConfig, build_config, resolve_params
 from fedpath.runtime.flower import (
+    EVALUATE_STAGE,
     META,
     NC_CLIENT,
     NC_DATA_NAME,
@@ -231,7 +232,9 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
     import torch
 
     from fedpath.algorithms.base import ALGORITHMS, ClientContext
+    from fedpath.data.bags import BagStore
     from fedpath.data.base import DataError
+    from fedpath.mil.models import mil_builder
     from fedpath.models.backbones import build_model
 
     cid = node_client_id(context)
@@ -274,6 +277,12 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
     def build() -> FedModel:
         return build_model(cfg.model, dataset.num_classes)
 
+    build_mil = None
+    if isinstance(dataset.store, BagStore):
+        model = cfg.model
+        build_mil = mil_builder(
+            model.backbone, model.params, dataset.store.dim, dataset.num_classes
+        )
     ctx = ClientContext(
         client_id=cid,
         domain=client.domain,
@@ -284,12 +293,18 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
         round=rnd,
         seed=seed,
         device=torch.device(cfg.runtime.device),
+        test=client.test,
+        build_mil=build_mil,
     )
     prefix = f"{STATE_PREFIX}/{target}/{seed}/"
     state = records_to_payload(context.state, ClientState, prefix)
     payload: Payload = records_to_payload(content)
     spec = ALGORITHMS.get(cfg.algorithm.name)
-    reply = spec.client(params, ctx).handle(stage, payload, state)
+    half = spec.client(params, ctx)
+    if stage == EVALUATE_STAGE:  # only metrics leave the node, never predictions
+        reply = Payload({}, half.evaluate(payload, state))
+    else:
+        reply = half.handle(stage, payload, state)
     clear_records(context.state, prefix)
     payload_to_records(state, context.state, prefix)
     # packed (fewer Flower objects), except for LocalDpMod, which works per array

@@ -43,8 +43,10 @@ from flwr.serverapp import Grid, ServerApp
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import LodoFold, lodo_plan
+from fedpath.runtime.evaluate import summarize_clients
 from fedpath.runtime.experiment import load_dataset, run_dir_for
 from fedpath.runtime.flower import (
+    EVALUATE_STAGE,
     HELLO_MESSAGE,
     META,
     PROTOCOL,
@@ -195,12 +197,6 @@ class FlowerRun(InProcessRun):
         directory: NodeDirectory | None = None,
         reporter: Reporter | None = None,
     ) -> None:
-        if cfg.evaluation.protocol == "local":
-            raise ConfigError(
-                "evaluation.protocol 'local' (each client evaluates its own model) "
-                "is not supported on Flower yet; use 'classifier' or 'linear_probe', "
-                "or run the experiment in-process"
-            )
         super().__init__(cfg, dataset, fold, seed, run_dir, reporter)
         self.grid = grid
         self.settings = settings
@@ -298,6 +294,19 @@ class FlowerRun(InProcessRun):
             "wire_bytes_down": wire_down,
             "failed": len(messages) - len(ordered),
         }
+
+    def _evaluate_clients(self, rnd: int) -> dict[str, Any]:
+        """``evaluation.protocol: local``: every node evaluates its client's deployed
+        model on its own test split (stage :data:`EVALUATE_STAGE`); only the metrics
+        come back. A client that fails is logged and missing from the summary."""
+        messages = {cid: self.server.evaluate_payload(cid) for cid in self.by_id}
+        replies, _ = self.exchange(EVALUATE_STAGE, rnd, messages)
+        per_client: dict[str, Any] = {}
+        for cid, reply in replies.items():
+            if reply.scalars:
+                per_client[cid] = dict(reply.scalars)
+                self._eval_record(rnd, "client", cid, reply.scalars)
+        return summarize_clients(per_client)
 
     def _header(self, stage: str, rnd: int, cid: str) -> ConfigRecord:
         return ConfigRecord(

@@ -128,7 +128,7 @@ def import_s() -> tuple[float, float]:
 
 
 def flower_run(
-    root: Path, cfg: ExperimentConfig, rounds: int, worker: bool
+    root: Path, cfg: ExperimentConfig, rounds: int, worker: bool, node_threads: int
 ) -> dict[str, float]:
     """One run over a local federation; ``worker``: fedpath nodes, else plain Flower."""
     out: dict[str, float] = {}
@@ -144,7 +144,7 @@ def flower_run(
                     root,
                     f"node{i}",
                     address,
-                    {"client-id": cid},
+                    {"client-id": cid, "threads": node_threads},
                     worker=worker,
                     poll_interval=deploy.POLL_INTERVAL if worker else None,
                 )
@@ -200,15 +200,22 @@ def main() -> None:
     )
     ap.add_argument("--samples", type=int, default=24, help="images per hospital")
     ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument(
+        "--node-threads",
+        type=int,
+        default=None,
+        help="torch threads per SuperNode (default: threads / nodes, so that the "
+        "nodes together use the cores the in-process run uses)",
+    )
     args = ap.parse_args()
     threads = setup_threads()
+    node_threads = args.node_threads or max(1, threads // len(CLIENTS))
     modes = args.nodes.split(",")
     train_images = int(args.samples * 0.75)  # the synthetic hospitals' train split
     print(
         f"ResNet-18, {args.image_size} px, {len(CLIENTS)} clients x ~{train_images} "
-        f"training images, {args.rounds} rounds, {threads} torch thread(s) per "
-        "process (in-process: one process, clients in turn; Flower: one process "
-        "per node, nodes at once)"
+        f"training images, {args.rounds} rounds; in-process: {threads} torch "
+        f"thread(s), clients in turn; Flower: {node_threads} per node, nodes at once"
     )
     for algorithm in args.algorithms.split(","):
         with tempfile.TemporaryDirectory() as tmp:
@@ -224,7 +231,11 @@ def main() -> None:
             for mode in modes:
                 cfg = config(root / mode, algorithm, args.rounds, threads, *size)
                 startup = flower_run(
-                    root / f"fed-{mode}", cfg, args.rounds, mode == "worker"
+                    root / f"fed-{mode}",
+                    cfg,
+                    args.rounds,
+                    mode == "worker",
+                    node_threads,
                 )
                 flower[mode] = (startup, *rounds_of(cfg))
         steady_i = statistics.median(walls_i[1:] or walls_i)

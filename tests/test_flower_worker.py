@@ -211,3 +211,24 @@ def test_a_failed_stage_leaves_the_node_state_alone(socket: Path) -> None:
     with pytest.raises(worker.WorkerError, match="NodeError: client x: message"):
         worker.call(socket, RecordDict(), context)
     assert "stale" in context.state  # a failed stage leaves the state alone
+
+
+def test_cli_supernode_runs_with_a_worker_unless_told_not_to(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fedpath.cli import main
+
+    base = ["flower", "supernode", "--superlink", "10.0.0.1:9092", "--insecure"]
+    base += ["--client-id", "hospital_0/c0", "--port", "9111", "--dry-run"]
+    assert main(base) == 0
+    cmd = capsys.readouterr().out
+    sock = deploy.worker_socket(9111)
+    assert "-m fedpath.runtime.flower.node" in cmd
+    assert f"--socket {sock} --poll-interval 0.2 --" in cmd
+    assert f'worker="{sock}"' in cmd
+    assert main([*base, "--no-worker", "--poll-interval", "0"]) == 0
+    plain = capsys.readouterr().out
+    assert "flower-supernode --superlink 10.0.0.1:9092" in plain
+    assert "worker" not in plain and "fedpath.runtime.flower.node" not in plain
+    assert main([*base, "--worker-socket", "/tmp/" + "x" * 120]) != 0
+    assert "shorter than 100 characters" in capsys.readouterr().err

@@ -250,6 +250,19 @@ def test_failed_and_silent_clients_are_logged_and_rounds_go_on(
     assert "client hospital_2/c0 (node 102) failed" in caplog.text
 
 
+def test_a_node_that_comes_back_takes_part_again(
+    tmp_path: Path, task_identity: None
+) -> None:
+    cfg = config(tmp_path / "flower", "train.min_replies=1", "train.rounds=3")
+    nodes = nodes_for("hospital_0/c0", "hospital_1/c0")
+    run_over_grid(cfg, nodes, drop=[(101, 2)])  # hospital_1 is down in round 2 only
+    assert [r["failed"] for r in records(cfg, "round")] == [0, 1, 0]
+    assert [(f["round"], f["client"]) for f in records(cfg, "failure")] == [
+        (2, "hospital_1/c0")
+    ]
+    assert [r["clients"] for r in records(cfg, "round")] == [2, 2, 2]  # sampled
+
+
 def test_on_failure_stop_then_resume_equals_uninterrupted(
     tmp_path: Path, task_identity: None
 ) -> None:

@@ -19,7 +19,7 @@ and with plain ``flower-supernode`` nodes. Reported per algorithm:
 Target: Flower round time <= 1.2x in-process once the federation is up.
 
     python benchmarks/bench_flower.py [--rounds 3] [--algorithms fedavg,fedstain]
-        [--nodes worker,plain] [--samples 24] [--image-size 32]
+        [--nodes worker,plain] [--samples 24] [--image-size 32] [--local-epochs 1]
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def config(
     threads: int,
     samples: int = 24,
     image_size: int = 32,
+    local_epochs: int = 1,
 ) -> ExperimentConfig:
     return load_config(
         None,
@@ -63,6 +64,7 @@ def config(
             "partition.clients_per_domain=1",
             "lodo.targets=[hospital_2]",
             f"train.rounds={rounds}",
+            f"train.local_epochs={local_epochs}",
             "train.batch_size=16",
             f"algorithm.name={algorithm}",
             f"runtime.threads={threads}",
@@ -200,6 +202,7 @@ def main() -> None:
     )
     ap.add_argument("--samples", type=int, default=24, help="images per hospital")
     ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--local-epochs", type=int, default=1)
     ap.add_argument(
         "--node-threads",
         type=int,
@@ -214,13 +217,14 @@ def main() -> None:
     train_images = int(args.samples * 0.75)  # the synthetic hospitals' train split
     print(
         f"ResNet-18, {args.image_size} px, {len(CLIENTS)} clients x ~{train_images} "
-        f"training images, {args.rounds} rounds; in-process: {threads} torch "
+        f"training images, {args.local_epochs} local epoch(s), {args.rounds} "
+        f"rounds; in-process: {threads} torch "
         f"thread(s), clients in turn; Flower: {node_threads} per node, nodes at once"
     )
     for algorithm in args.algorithms.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            size = (args.samples, args.image_size)
+            size = (args.samples, args.image_size, args.local_epochs)
             inproc = config(root / "inproc", algorithm, args.rounds, threads, *size)
             t0 = time.perf_counter()
             run_experiment(inproc)

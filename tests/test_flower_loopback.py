@@ -275,6 +275,31 @@ def test_on_failure_stop_then_resume_equals_uninterrupted(
     assert_same_run(cfg, in_process(tmp_path, base=FOUR))
 
 
+def test_node_state_dir_makes_a_resumed_fedbn_run_exact(
+    tmp_path: Path, task_identity: None
+) -> None:
+    """FedBN's local BatchNorm layers survive a coordinator resume (new Flower run)."""
+    ids = ("hospital_0/c0", "hospital_1/c0", "hospital_2/c0")
+    finals = {}
+    for keep in (True, False):
+        cfg = config(tmp_path / f"flower{keep}", "algorithm.name=fedbn", base=FOUR)
+        disk = {"state-dir": str(tmp_path / f"node-state{keep}")} if keep else {}
+        nodes = nodes_for(*ids, **{c.split("/")[0]: disk for c in ids})
+        with pytest.raises(RuntimeError, match="failed"):
+            run_over_grid(cfg, nodes, drop=[(102, 2)], on_failure="stop")
+        run_over_grid(cfg, nodes, resume=True)  # fresh node contexts: a new run
+        finals[keep] = cfg
+    reference = in_process(tmp_path, "algorithm.name=fedbn", base=FOUR)
+    assert_same_run(finals[True], reference)
+    kept = sorted(
+        f"{p.parent.name}/{p.name}"
+        for p in (tmp_path / "node-stateTrue").rglob("round*.pt")
+    )
+    assert kept == [f"{c.replace('/', '_')}/round{r}.pt" for c in ids for r in (1, 2)]
+    a, b = final_state(finals[False]), final_state(reference)
+    assert not all(torch.equal(a[k], b[k]) for k in b)  # without: restarts
+
+
 def test_too_few_replies_stop_the_run(tmp_path: Path, task_identity: None) -> None:
     cfg = config(tmp_path / "flower", "train.min_replies=2")
     with pytest.raises(RuntimeError, match="1 replies, fewer than train.min_replies=2"):

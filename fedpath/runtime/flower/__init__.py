@@ -54,6 +54,8 @@ NC_DEVICE = "device"
 NC_THREADS = "threads"
 #: path of the node's persistent worker socket (set by ``fedpath flower supernode``)
 NC_WORKER = "worker"
+#: folder where the node also keeps its client state (exact resume, .node_state)
+NC_STATE_DIR = "state-dir"
 NC_DP_CLIP = "dp-clipping-norm"
 NC_DP_SENSITIVITY = "dp-sensitivity"
 NC_DP_EPSILON = "dp-epsilon"

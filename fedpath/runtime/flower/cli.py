@@ -40,6 +40,7 @@ from fedpath.runtime.flower import (
     NC_DP_DELTA,
     NC_DP_EPSILON,
     NC_DP_SENSITIVITY,
+    NC_STATE_DIR,
     NC_THREADS,
     RC_CONFIG,
     RC_ON_FAILURE,
@@ -138,6 +139,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     node.add_argument("--data-params", help="YAML mapping of dataset params")
     node.add_argument("--device", help="e.g. cuda:0 (default: the run's)")
     node.add_argument("--threads", type=int, help="torch threads on this node")
+    node.add_argument(
+        "--state-dir",
+        help="also keep the client state (FedBN's local layers...) here, so that "
+        "a resumed run restores it exactly (default: memory only)",
+    )
     _tls_client_args(node)
     node.add_argument("--key", type=Path, help="private key (node authentication)")
     node.add_argument("--port", type=int, default=9094, help="local app API port")
@@ -292,6 +298,7 @@ def _cmd_supernode(args: argparse.Namespace) -> int:
         (NC_DATA_PARAMS, args.data_params),
         (NC_DEVICE, args.device),
         (NC_THREADS, args.threads),
+        (NC_STATE_DIR, args.state_dir),
         (NC_DP_CLIP, args.dp_clipping_norm),
         (NC_DP_SENSITIVITY, args.dp_sensitivity),
         (NC_DP_EPSILON, args.dp_epsilon),

@@ -18,6 +18,8 @@ node-config key               meaning
 ``data-params``               YAML mapping of dataset params (default: the run's)
 ``device``, ``threads``       ``runtime.device`` / ``runtime.threads`` on this node
 ``dp-clipping-norm`` ...      local DP with Flower's ``LocalDpMod`` (see below)
+``state-dir``                 keep the client state on the node's disk too, so a
+                              resumed run restores it (:mod:`.node_state`)
 ``worker``                    socket of the node's persistent worker (:mod:`.worker`;
                               set by ``fedpath flower supernode``): the stage runs
                               there instead of in this fresh process
@@ -63,6 +65,7 @@ from fedpath.runtime.flower import (
     NC_DP_DELTA,
     NC_DP_EPSILON,
     NC_DP_SENSITIVITY,
+    NC_STATE_DIR,
     NC_THREADS,
     NC_WORKER,
     PROTOCOL,
@@ -298,6 +301,16 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
     )
     prefix = f"{STATE_PREFIX}/{target}/{seed}/"
     state = records_to_payload(context.state, ClientState, prefix)
+    state_dir = context.node_config.get(NC_STATE_DIR)
+    if state_dir:
+        from fedpath.runtime.flower.node_state import load_state, save_state
+
+        fresh = not any(k.startswith(prefix) for k in context.state)
+        if fresh and rnd > 1:  # a new Flower run resuming at round rnd
+            state = (
+                load_state(Path(str(state_dir)), cfg, cid, target, seed, rnd - 1)
+                or state
+            )
     payload: Payload = records_to_payload(content)
     spec = ALGORITHMS.get(cfg.algorithm.name)
     half = spec.client(params, ctx)
@@ -307,6 +320,8 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
         reply = half.handle(stage, payload, state)
     clear_records(context.state, prefix)
     payload_to_records(state, context.state, prefix)
+    if state_dir:
+        save_state(Path(str(state_dir)), cfg, cid, target, seed, rnd, state)
     # packed (fewer Flower objects), except for LocalDpMod, which works per array
     content = payload_to_records(reply, pack=NC_DP_CLIP not in context.node_config)
     content[META] = ConfigRecord({"client": cid, "stage": stage, "round": rnd})

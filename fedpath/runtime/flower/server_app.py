@@ -22,9 +22,10 @@ client of the roster), ``on-failure``.
 
 Client state: each node keeps its :class:`~fedpath.types.ClientState` in
 ``context.state`` for the duration of the Flower run. A coordinator checkpoint
-holds the server state only; resuming starts a new Flower run, so algorithms with
-client state (FedBN's local normalization layers) restart that state from the
-global model after a resume, whereas in-process resume restores it.
+holds the server state only; resuming starts a new Flower run, so a node restores
+its client state (FedBN's local normalization layers) only if it keeps it on its
+own disk (node config ``state-dir``, :mod:`.node_state`); otherwise that state
+restarts from the global model, whereas in-process resume restores it.
 """
 
 from __future__ import annotations

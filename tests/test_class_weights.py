@@ -67,6 +67,23 @@ def test_default_is_plain_cross_entropy_and_balanced_changes_training(
     assert any(not np.allclose(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize(
+    "algorithm", ["fedprox", "fedbn", "fedccrl", "fedstain", "fedalign", "strap"]
+)
+def test_every_supervised_image_method_honours_class_weights(
+    tmp_path: Path, algorithm: str
+) -> None:
+    """The same run with and without ``balanced`` must train differently."""
+    extra = f"algorithm.name={algorithm}"
+    plain = _run(tmp_path / "a", extra)
+    plain.run()
+    weighted = _run(tmp_path / "b", extra, "train.class_weights=balanced")
+    weighted.run()
+    a, b = plain.server.global_weights(), weighted.server.global_weights()
+    assert a is not None and b is not None
+    assert any(not np.allclose(a[k], b[k]) for k in a)
+
+
 def test_bad_value_names_the_key() -> None:
     with pytest.raises(ConfigError, match="train.class_weights"):
         load_config(None, ["train.class_weights=inverse"])

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
@@ -104,7 +103,8 @@ class FedCCRLClient(StatsExchangeClient):
         z = model.encode(torch.cat([x, v1, v2_]))  # type: ignore[operator]
         logits = model.classifier(z)  # type: ignore[operator]
         zs, ls = z.split(b), logits.split(b)
-        ce = sum(F.cross_entropy(lv, y) for lv in ls)  # summed, as released
+        # summed, as released; train.class_weights applies as for every method
+        ce = sum(self.ctx.cross_entropy(lv, y) for lv in ls)
         ra = 0.5 * (
             fedccrl_contrastive(zs[0], zs[1], y, p.temperature)
             + fedccrl_contrastive(zs[0], zs[2], y, p.temperature)

@@ -41,35 +41,26 @@ from fedpath.runtime.evaluate import (
     evaluate_probe,
     summarize_clients,
 )
-from fedpath.types import (
-    ArrayDict,
-    ClientState,
-    Payload,
-    payload_from_tree,
-    payload_to_tree,
+from fedpath.runtime.persistence import (  # noqa: F401  (re-exported names)
+    CHECKPOINT,
+    FINAL,
+    MODEL,
+    RESULTS,
+    Checkpoint,
+    ResumeError,
+    load_checkpoint,
+    save_checkpoint,
+    save_final,
 )
-from fedpath.utils.io import (
-    append_jsonl,
-    atomic_torch_save,
-    atomic_write_text,
-    read_jsonl,
-)
+from fedpath.types import ArrayDict, ClientState, Payload
+from fedpath.utils.io import append_jsonl, atomic_write_text
 from fedpath.utils.progress import Reporter
 
 if TYPE_CHECKING:
     from fedpath.mil.models import MILModel
 
-CHECKPOINT = "checkpoint.pt"
-RESULTS = "results.jsonl"
-FINAL = "final.json"
-MODEL = "model.fpm"
-
 
 log = logging.getLogger("fedpath")
-
-
-class ResumeError(RuntimeError):
-    """A checkpoint that does not belong to this run."""
 
 
 @dataclass
@@ -412,53 +403,20 @@ class InProcessRun:
     # ------------------------------------------------------------------ persistence
 
     def _checkpoint(self, rnd: int) -> None:
-        atomic_torch_save(
-            {
-                "format": 1,
-                "round": rnd,
-                "config_hash": self.cfg.hash(),
-                "fold": self.fold.target,
-                "seed": self.seed,
-                "server": payload_to_tree(self.server.state()),
-                "clients": {c: payload_to_tree(s) for c, s in self.states.items()},
-                "last_eval": json.dumps(self._last_eval),
-            },
-            self.run_dir / CHECKPOINT,
+        ckpt = Checkpoint(rnd, self.server.state(), self.states, self._last_eval)
+        save_checkpoint(
+            self.run_dir, ckpt, self.cfg.hash(), self.fold.target, self.seed
         )
 
     def _restore(self) -> int:
         """Load the checkpoint if any; return the last completed round (0: none)."""
-        path = self.run_dir / CHECKPOINT
-        if not path.is_file():
-            (self.run_dir / RESULTS).unlink(missing_ok=True)
+        ckpt = load_checkpoint(self.run_dir, self.cfg.hash())
+        if ckpt is None:
             return 0
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise ResumeError(f"cannot read checkpoint {path}: {err}") from None
-        if ckpt.get("config_hash") != self.cfg.hash():
-            raise ResumeError(
-                f"{path} was written by a different config (hash "
-                f"{ckpt.get('config_hash')} != {self.cfg.hash()}); resume with the "
-                "same config, or choose another output_dir/name"
-            )
-        self.server.load_state(payload_from_tree(ckpt["server"]))
-        self.states = {
-            c: payload_from_tree(t, ClientState)  # type: ignore[misc]
-            for c, t in ckpt["clients"].items()
-        }
-        self._last_eval = json.loads(ckpt.get("last_eval", "{}"))
-        last = int(ckpt["round"])
-        self._truncate_results(last)
-        return last
-
-    def _truncate_results(self, last_round: int) -> None:
-        """Drop records of rounds after the checkpoint (the round that crashed)."""
-        path = self.run_dir / RESULTS
-        if not path.is_file():
-            return
-        keep = [r for r in read_jsonl(path) if int(r.get("round", 0)) <= last_round]
-        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
+        self.server.load_state(ckpt.server)
+        self.states = ckpt.clients
+        self._last_eval = ckpt.last_eval
+        return ckpt.round
 
     def _save_final(self, record: Mapping[str, Any]) -> None:
         weights = self.server.global_weights()
@@ -484,6 +442,4 @@ class InProcessRun:
                     seed=self.seed,
                 ),
             )
-        atomic_write_text(
-            self.run_dir / FINAL, json.dumps(record, indent=2, default=str)
-        )
+        save_final(self.run_dir, record)

@@ -418,6 +418,25 @@ def test_local_dp_refuses_multi_group_payloads(
     )
 
 
+def test_node_data_config_keeps_the_runs_params_for_the_same_dataset(
+    tmp_path: Path,
+) -> None:
+    from fedpath.runtime.flower.client_app import node_experiment
+
+    cfg = config(tmp_path, "data.params.image_size=24")
+
+    def node(**nc: Any) -> ExperimentConfig:
+        ctx = Context(1, 7, {"client-id": "h/c0", **nc}, RecordDict(), {})
+        ctx.run_config[RC_CONFIG] = cfg.to_yaml()
+        return node_experiment(ctx)
+
+    same = node(**{"data-name": cfg.data.name, "data-root": "/srv/x", "threads": 3})
+    assert same.data.params == cfg.data.params and same.data.root == "/srv/x"
+    assert same.runtime.threads == 3
+    other = node(**{"data-name": "manifest"})  # another dataset: its own defaults
+    assert other.data.name == "manifest" and other.data.params != cfg.data.params
+
+
 def test_settings_are_checked() -> None:
     from fedpath.config import ConfigError
 

@@ -130,7 +130,7 @@ def node_experiment(context: Context) -> ExperimentConfig:
     cfg = experiment_from_run_config(context.run_config)
     nc = context.node_config
     overrides: dict[str, Any] = {}
-    if NC_DATA_NAME in nc:
+    if NC_DATA_NAME in nc and str(nc[NC_DATA_NAME]) != cfg.data.name:
         overrides["data.name"] = str(nc[NC_DATA_NAME])
         overrides["data.params"] = {}  # another dataset: its own defaults
     if NC_DATA_ROOT in nc:

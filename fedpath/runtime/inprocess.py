@@ -382,17 +382,27 @@ class InProcessRun:
         )
 
     def _evaluate_clients(self, rnd: int) -> dict[str, Any]:
-        """Every client evaluates its deployed model on its own test split."""
-        per_client: dict[str, Any] = {}
+        """Every client evaluates its deployed model on its own test split; one
+        ``split: client`` record per client with metrics, and their summary."""
+        per_client = {
+            cid: dict(metrics)
+            for cid, metrics in self.client_metrics(rnd).items()
+            if metrics
+        }
+        for cid, metrics in per_client.items():
+            self._eval_record(rnd, "client", cid, metrics)
+        return summarize_clients(per_client)
+
+    def client_metrics(self, rnd: int) -> dict[str, Mapping[str, Any]]:
+        """Hook: each client's metrics on its own test split, in client order
+        (Flower: an evaluation stage on the nodes)."""
+        out: dict[str, Mapping[str, Any]] = {}
         for cid in sorted(self.by_id):
             client = self.spec.client(self.params, self._client_context(cid, rnd))
-            metrics = client.evaluate(
+            out[cid] = client.evaluate(
                 self.server.evaluate_payload(cid), self.states[cid]
             )
-            if metrics:
-                per_client[cid] = metrics
-                self._eval_record(rnd, "client", cid, metrics)
-        return summarize_clients(per_client)
+        return out
 
     def _load_eval_weights(self, weights: ArrayDict) -> None:
         own = self.eval_model.state_dict()

@@ -320,7 +320,7 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
         reply = half.handle(stage, payload, state)
     clear_records(context.state, prefix)
     payload_to_records(state, context.state, prefix)
-    if state_dir:
+    if state_dir and stage != EVALUATE_STAGE:  # evaluating leaves the state as is
         save_state(Path(str(state_dir)), cfg, cid, target, seed, rnd, state)
     # packed (fewer Flower objects), except for LocalDpMod, which works per array
     content = payload_to_records(reply, pack=NC_DP_CLIP not in context.node_config)

@@ -44,7 +44,6 @@ from flwr.serverapp import Grid, ServerApp
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import LodoFold, lodo_plan
-from fedpath.runtime.evaluate import summarize_clients
 from fedpath.runtime.experiment import load_dataset, run_dir_for
 from fedpath.runtime.flower import (
     EVALUATE_STAGE,
@@ -296,18 +295,13 @@ class FlowerRun(InProcessRun):
             "failed": len(messages) - len(ordered),
         }
 
-    def _evaluate_clients(self, rnd: int) -> dict[str, Any]:
+    def client_metrics(self, rnd: int) -> dict[str, Mapping[str, Any]]:
         """``evaluation.protocol: local``: every node evaluates its client's deployed
         model on its own test split (stage :data:`EVALUATE_STAGE`); only the metrics
         come back. A client that fails is logged and missing from the summary."""
         messages = {cid: self.server.evaluate_payload(cid) for cid in self.by_id}
         replies, _ = self.exchange(EVALUATE_STAGE, rnd, messages)
-        per_client: dict[str, Any] = {}
-        for cid, reply in replies.items():
-            if reply.scalars:
-                per_client[cid] = dict(reply.scalars)
-                self._eval_record(rnd, "client", cid, reply.scalars)
-        return summarize_clients(per_client)
+        return {cid: reply.scalars for cid, reply in replies.items()}
 
     def _header(self, stage: str, rnd: int, cid: str) -> ConfigRecord:
         return ConfigRecord(

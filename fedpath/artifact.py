@@ -63,6 +63,13 @@ class ModelMeta:
     held_out: str = ""
     seed: int | None = None
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
+    # the encoder's own expectations and provenance
+    # (fedpath.models.pretrained.encoder_info); defaults keep older files loading
+    input_size: int | None = None
+    min_image_size: int | None = None
+    weights_source: str = ""
+    weights_sha256: str = ""
+    weights_licence: str = ""
 
     @property
     def num_classes(self) -> int:

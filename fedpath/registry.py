@@ -7,9 +7,16 @@ through one of these, so adding a method means writing one file, never editing a
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:  # types only: the registries' users import this module
+    from fedpath.algorithms.base import AlgorithmSpec
+    from fedpath.data.base import DomainDataset
+    from fedpath.mil.models import MILFactory
+    from fedpath.models.backbones import FedModel
 
 T = TypeVar("T")
 
@@ -32,21 +39,34 @@ class Entry(Generic[T]):
 
 
 class Registry(Generic[T]):
-    """Maps names to objects of one kind (``what`` names the kind in error messages)."""
+    """Maps names to objects of one kind (``what`` names the kind in error messages).
 
-    def __init__(self, what: str) -> None:
+    ``plugins``: modules whose import registers the built-in entries; they are
+    imported by name on the first lookup (see :meth:`_load_plugins`).
+    """
+
+    def __init__(self, what: str, plugins: tuple[str, ...] = ()) -> None:
         self.what = what
+        self.plugins = plugins
+        self._loaded = not plugins
         self._entries: dict[str, Entry[T]] = {}
 
-    def register(self, name: str, params: type | None = None) -> Callable[[T], T]:
-        """Decorator registering ``obj`` as ``name``, with an optional params class."""
+    def register(
+        self, name: str, params: type | None = None, doc: str | None = None
+    ) -> Callable[[T], T]:
+        """Decorator registering ``obj`` as ``name``, with an optional params class.
+
+        The entry's one-line summary (``fedpath list``) is the first line of
+        ``doc``, else of ``obj.summary`` or ``obj.__doc__``; pass ``doc`` when
+        ``obj`` carries no docstring of its own (a ``functools.partial``).
+        """
 
         def deco(obj: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.what} {name!r} is registered twice")
-            text = getattr(obj, "summary", None) or getattr(obj, "__doc__", None)
-            doc = (text or "").strip().splitlines()
-            self._entries[name] = Entry(name, obj, params, doc[0] if doc else "")
+            text = doc or getattr(obj, "summary", None) or getattr(obj, "__doc__", None)
+            lines = (text or "").strip().splitlines()
+            self._entries[name] = Entry(name, obj, params, lines[0] if lines else "")
             return obj
 
         return deco
@@ -55,8 +75,22 @@ class Registry(Generic[T]):
         """Remove ``name`` (plugins and tests that register temporary entries)."""
         self._entries.pop(name, None)
 
+    def _load_plugins(self) -> None:
+        """Import the built-in plugin modules once, on the first lookup.
+
+        They are imported by module name, the way third-party entry points are:
+        the plugins import this module to register themselves, so a static import
+        here would close an import circle, and importing lazily keeps
+        ``import fedpath`` (and ``fedpath --help``) cheap.
+        """
+        if self._loaded:
+            return
+        self._loaded = True
+        for module in self.plugins:
+            importlib.import_module(module)
+
     def entry(self, name: str) -> Entry[T]:
-        _ensure_builtin_plugins()
+        self._load_plugins()
         try:
             return self._entries[name]
         except KeyError:
@@ -71,33 +105,35 @@ class Registry(Generic[T]):
         return self.entry(name).params
 
     def names(self) -> list[str]:
-        _ensure_builtin_plugins()
+        self._load_plugins()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        _ensure_builtin_plugins()
+        self._load_plugins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
 
-_loaded = False
+# ----------------------------------------------------------------- the registries
+# They live here, below everything that registers into them or looks them up, so
+# the config loader can check names without importing the algorithms.
 
-
-def _ensure_builtin_plugins() -> None:
-    """Import the built-in datasets, backbones and algorithms once, on first lookup.
-
-    Registration happens at import time; importing lazily keeps ``import fedpath``
-    cheap and avoids import cycles between the registries and their users.
-    """
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    import fedpath.algorithms
-    import fedpath.data
-    import fedpath.models  # noqa: F401
+#: ``factory(params, root) -> DomainDataset``
+DATASETS: Registry[Callable[[Any, str | None], DomainDataset]] = Registry(
+    "dataset", plugins=("fedpath.data",)
+)
+#: ``factory(params, num_classes) -> FedModel``
+BACKBONES: Registry[Callable[..., FedModel]] = Registry(
+    "backbone", plugins=("fedpath.models",)
+)
+#: ``factory(params, in_dim, num_classes) -> MILModel``
+MIL_MODELS: Registry[MILFactory] = Registry("mil model", plugins=("fedpath.mil",))
+#: registered algorithms; ``ALGORITHMS.params(name)`` is the params dataclass
+ALGORITHMS: Registry[AlgorithmSpec] = Registry(
+    "algorithm", plugins=("fedpath.algorithms",)
+)
 
 
 def describe(registry: Registry[Any]) -> list[tuple[str, str]]:

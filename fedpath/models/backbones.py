@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 from fedpath.config import ConfigError, ModelConfig, resolve_params
-from fedpath.registry import Registry
+from fedpath.registry import BACKBONES
 
 FeatureHook = Callable[[int, torch.Tensor], torch.Tensor]
 
@@ -104,8 +105,6 @@ class FedModel(nn.Module):
 
 # --------------------------------------------------------------------------- registry
 
-#: ``factory(params, num_classes) -> FedModel``
-BACKBONES: Registry[Callable[..., FedModel]] = Registry("backbone")
 
 Norm = Literal["batch", "group", "instance", "none"]
 
@@ -178,16 +177,13 @@ def _resnet(arch: str, params: ResNetParams, num_classes: int) -> FedModel:
     return FedModel(Encoder(stem, stages, net.fc.in_features), num_classes)
 
 
-@BACKBONES.register("resnet18", params=ResNetParams)
-def resnet18(params: ResNetParams, num_classes: int) -> FedModel:
-    """torchvision ResNet-18 (512-d features)."""
-    return _resnet("resnet18", params, num_classes)
-
-
-@BACKBONES.register("resnet50", params=ResNetParams)
-def resnet50(params: ResNetParams, num_classes: int) -> FedModel:
-    """torchvision ResNet-50 (2048-d features)."""
-    return _resnet("resnet50", params, num_classes)
+#: torchvision ResNets: registry (and torchvision) name -> ``fedpath list`` line
+RESNETS = {
+    "resnet18": "torchvision ResNet-18 (512-d features).",
+    "resnet50": "torchvision ResNet-50 (2048-d features).",
+}
+for _arch, _doc in RESNETS.items():
+    BACKBONES.register(_arch, params=ResNetParams, doc=_doc)(partial(_resnet, _arch))
 
 
 def build_model(cfg: ModelConfig, num_classes: int) -> FedModel:

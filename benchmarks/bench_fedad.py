@@ -31,7 +31,7 @@ from fedpath.config import load_config
 from fedpath.evaluation.probe import linear_probe
 from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset, run_experiment
-from fedpath.runtime.local import encode_split
+from fedpath.tasks.images import encode_images
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS: dict[str, list[str]] = {
@@ -57,9 +57,9 @@ def random_init_probe(cfg: Any, seed: int) -> dict[str, Any]:
     tr, te = ds.split(target, "train"), ds.split(target, "test")
     ev = cfg.evaluation
     return linear_probe(
-        encode_split(model, tr, 256, dev),
+        encode_images(model, tr, 256, dev),
         tr.labels,
-        encode_split(model, te, 256, dev),
+        encode_images(model, te, 256, dev),
         te.labels,
         folds=ev.probe_folds,
         max_iter=ev.probe_max_iter,
@@ -110,7 +110,10 @@ def main() -> None:
     summary: dict[str, Any] = {}
     for name, by_seed in results.items():
         f1 = np.array([m["f1"] for m in by_seed.values()])
-        auc = np.array([m["auroc"] or np.nan for m in by_seed.values()])
+        # NaN when undefined; null in results written before that convention
+        auc = np.array(
+            [np.nan if m["auroc"] is None else m["auroc"] for m in by_seed.values()]
+        )
         bacc = np.array([m["balanced_accuracy"] for m in by_seed.values()])
         per = ", ".join(f"{v:.3f}" for v in f1)
         print(

@@ -31,12 +31,13 @@ from fedpath.algorithms.base import ALGORITHMS, ClientContext
 from fedpath.config import load_config, resolve_params
 from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset
+from fedpath.tasks.images import ImageTask
 from fedpath.types import ClientState, Payload, as_numpy_dict
 
 METHODS = ("fedavg_ssl", "fedad", "moon")
 
 
-def setup(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+def setup(args: argparse.Namespace) -> tuple[ImageTask, Any, dict[str, Any]]:
     cfg = load_config(
         None,
         [
@@ -56,10 +57,10 @@ def setup(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     torch.manual_seed(0)
     model = build_model(cfg.model, 2)
     weights = as_numpy_dict(model.state_dict())
-    return cfg, split, weights
+    return ImageTask(cfg, ds), split, weights
 
 
-def payload_for(algo: str, weights: dict[str, Any], cfg: Any) -> Payload:
+def payload_for(algo: str, weights: dict[str, Any], task: ImageTask) -> Payload:
     """The round-1 broadcast of ``algo`` (from its own server half)."""
     from fedpath.algorithms.base import ServerContext
 
@@ -68,33 +69,31 @@ def payload_for(algo: str, weights: dict[str, Any], cfg: Any) -> Payload:
     server = spec.server(
         params,
         ServerContext(
-            weights, ["c"], {"c": "d"}, 1, 0, lambda: build_model(cfg.model, 2)
+            initial_weights=weights,
+            client_ids=["c"],
+            client_domains={"c": "d"},
+            seed=0,
+            task=task,
         ),
     )
     return server.configure("fit", 1, ["c"])["c"]
 
 
-def epoch(algo: str, cfg: Any, split: Any, msg: Payload, state: ClientState) -> Payload:
+def epoch(
+    algo: str, task: ImageTask, split: Any, msg: Payload, state: ClientState
+) -> Payload:
     spec = ALGORITHMS.get(algo)
     params = resolve_params(ALGORITHMS.params(algo), {}, "algorithm.params")
     ctx = ClientContext(
-        "c",
-        "d",
-        split,
-        2,
-        lambda: build_model(cfg.model, 2),
-        cfg.train,
-        1,
-        0,
-        torch.device(cfg.runtime.device),
+        client_id="c", domain="d", data=split, task=task, round=1, seed=0
     )
     return spec.client(params, ctx).handle("fit", msg, state)
 
 
 def memory_worker(args: argparse.Namespace) -> None:
     """One epoch of ``args.worker`` in this fresh process; print its peak memory."""
-    cfg, split, weights = setup(args)
-    msg = payload_for(args.worker, weights, cfg)
+    task, split, weights = setup(args)
+    msg = payload_for(args.worker, weights, task)
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -113,7 +112,7 @@ def memory_worker(args: argparse.Namespace) -> None:
 
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
-    epoch(args.worker, cfg, split, msg, ClientState())
+    epoch(args.worker, task, split, msg, ClientState())
     done.set()
     watcher.join()
     out = {
@@ -138,23 +137,23 @@ def main() -> None:
     if args.worker:
         memory_worker(args)
         return
-    cfg, split, weights = setup(args)
-    msgs = {a: payload_for(a, weights, cfg) for a in METHODS}
+    task, split, weights = setup(args)
+    msgs = {a: payload_for(a, weights, task) for a in METHODS}
     best = {a: float("inf") for a in METHODS}
     up: dict[str, int] = {}
     for a in METHODS:  # warm-up (allocator, first-call overheads)
-        up[a] = epoch(a, cfg, split, msgs[a], ClientState()).nbytes()
+        up[a] = epoch(a, task, split, msgs[a], ClientState()).nbytes()
     for _ in range(args.repeats):
         for a in METHODS:
             t0 = time.perf_counter()
-            epoch(a, cfg, split, msgs[a], ClientState())
+            epoch(a, task, split, msgs[a], ClientState())
             best[a] = min(best[a], time.perf_counter() - t0)
     mem: dict[str, dict[str, Any]] = {}
     for a in METHODS:
         cmd = [sys.executable, __file__, "--worker", a, *sys.argv[1:]]
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         mem[a] = json.loads(res.stdout.strip().splitlines()[-1])
-    model = build_model(cfg.model, 2)
+    model = task.build_model()
     enc = sum(
         v.numel() * v.element_size()
         for k, v in model.state_dict().items()

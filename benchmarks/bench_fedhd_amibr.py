@@ -38,7 +38,7 @@ from fedpath.config import ModelConfig, load_config
 from fedpath.mil.bags import BagDataset, SlideBag
 from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset
-from fedpath.runtime.local import encode_split, train_local
+from fedpath.tasks.images import encode_images, fit_images
 
 AMIBR = Path(__file__).resolve().parents[2] / "shared" / "data" / "amibr"
 TEST_FRACTION, SPLIT_SEED = 0.3, 0
@@ -84,11 +84,11 @@ def build_bags(out: Path, epochs: int) -> None:
     train_split = everything.subset([position[int(i)] for i in train_rows])
     torch.manual_seed(0)
     model = build_model(ModelConfig(), ds.num_classes)
-    stats = train_local(
+    stats = fit_images(
         model,
         train_split,
-        cfg.train,
         lambda m, x, y: {"loss": torch.nn.functional.cross_entropy(m(x), y)},
+        cfg.train,
         round_idx=1,
         seed=0,
         device=torch.device("cpu"),
@@ -97,7 +97,7 @@ def build_bags(out: Path, epochs: int) -> None:
         f"extractor: small CNN, {epochs} epochs on {len(train_split)} crops of "
         f"{len(slides) - len(test_ids)} training slides, final loss {stats['loss']:.3f}"
     )
-    feats = encode_split(model, everything, 256, torch.device("cpu"))
+    feats = encode_images(model, everything, 256, torch.device("cpu"))
     (out / "pt_files").mkdir(parents=True, exist_ok=True)
     with (out / "slides.csv").open("w", newline="") as fh:
         w = csv.writer(fh)

@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 import torch
 from _common import setup_threads
+from fedpath.mil.train import evaluate_mil, train_mil
 
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.mil import build_mil_model, synthetic_bags
-from fedpath.mil.distill import distill_features, distill_slides
+from fedpath.mil.distill import DistillOptions, distill_features, distill_slides
 from fedpath.mil.gmm import fit_gmm
 from fedpath.mil.models import parameter_bytes
-from fedpath.mil.train import evaluate_mil, train_mil
 
 
 def _status_mib(key: str) -> float:
@@ -126,7 +126,9 @@ def cost(args: argparse.Namespace) -> None:
         return int(((tokens - centre).norm(dim=1) < radius).sum())
 
     res, sec, rss0, peak = phase(
-        lambda: distill_features(x, g, tokens=args.tokens, iters=args.iters, seed=0)
+        lambda: distill_features(
+            x, DistillOptions(tokens=args.tokens, iters=args.iters), gmm=g, seed=0
+        )
     )
     print(
         f"distillation (T={args.tokens}, {args.iters} Adam iterations): {sec:.1f} s "
@@ -134,7 +136,9 @@ def cost(args: argparse.Namespace) -> None:
         f"({1000 * sec / max(args.iters, 1):.0f} ms/iter), RSS {rss0:.0f} -> peak "
         f"{peak:.0f} MiB, L_align {res.losses[0]:.4g} -> {res.losses[-1]:.4g}"
     )
-    single = distill_features(x, mode="single", tokens=args.tokens, iters=50)
+    single = distill_features(
+        x, DistillOptions(mode="single", tokens=args.tokens, iters=50)
+    )
     print(
         f"rare cluster: {int(rare.sum())}/{len(x)} real patches "
         f"({100 * float(rare.float().mean()):.1f}%); synthetic tokens within "
@@ -179,7 +183,7 @@ def quality(args: argparse.Namespace) -> None:
     for mode in ("gmm", "single", "mean"):
         t0 = time.perf_counter()
         syn = distill_slides(
-            train.bags, tokens=args.quality_tokens, iters=200, mode=mode
+            train.bags, DistillOptions(tokens=args.quality_tokens, iters=200, mode=mode)
         )
         sec = time.perf_counter() - t0
         print(

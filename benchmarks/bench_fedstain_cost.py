@@ -21,6 +21,7 @@ from fedpath.algorithms.base import ALGORITHMS, ClientContext
 from fedpath.config import load_config, resolve_params
 from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset
+from fedpath.tasks.images import ImageTask
 from fedpath.types import ClientState, Payload, as_numpy_dict
 
 
@@ -48,17 +49,11 @@ def main() -> None:
     torch.manual_seed(0)
     weights = as_numpy_dict(build_model(cfg.model, 2).state_dict())
 
+    task = ImageTask(cfg, ds)
+
     def ctx(data):  # type: ignore[no-untyped-def]
         return ClientContext(
-            "c",
-            ds.domains[0],
-            data,
-            2,
-            lambda: build_model(cfg.model, 2),
-            cfg.train,
-            1,
-            0,
-            torch.device("cpu"),
+            client_id="c", domain=ds.domains[0], data=data, task=task, round=1, seed=0
         )
 
     times: dict[str, float] = {}

@@ -35,8 +35,9 @@ from typing import Any
 from _common import setup_threads
 
 from fedpath.config import ExperimentConfig, load_config
+from fedpath.deploy import flwr_cli, processes
 from fedpath.runtime.experiment import run_dir_for, run_experiment
-from fedpath.runtime.flower import RC_CONFIG, RC_REPLY_TIMEOUT, RC_WAIT_NODES, deploy
+from fedpath.runtime.flower import RC_CONFIG, RC_REPLY_TIMEOUT, RC_WAIT_NODES
 from fedpath.utils.io import read_jsonl
 
 CLIENTS = ["hospital_0/c0", "hospital_1/c0"]
@@ -135,52 +136,52 @@ def flower_run(
     """One run over a local federation; ``worker``: fedpath nodes, else plain Flower."""
     out: dict[str, float] = {}
     t0 = time.perf_counter()
-    link, address = deploy.start_superlink(root / "link")
+    link, address = processes.start_superlink(root / "link")
     out["superlink_s"] = time.perf_counter() - t0
     services = [link]
     try:
         t0 = time.perf_counter()
         for i, cid in enumerate(CLIENTS):
             services.append(
-                deploy.start_supernode(
+                processes.start_supernode(
                     root,
                     f"node{i}",
                     address,
                     {"client-id": cid, "threads": node_threads},
                     worker=worker,
-                    poll_interval=deploy.POLL_INTERVAL if worker else None,
+                    poll_interval=processes.POLL_INTERVAL if worker else None,
                 )
             )
         for svc in services[1:]:
             svc.wait_log("SuperNode ID", 120)
         out["supernodes_s"] = time.perf_counter() - t0
         home = root / "cli"
-        deploy.write_connection(home, "bench", address)
-        app = deploy.write_app(root / "app")
+        flwr_cli.write_connection(home, "bench", address)
+        app = flwr_cli.write_app(root / "app")
         run_dir = run_dir_for(cfg, "hospital_2", 0)
         results = run_dir / "results.jsonl"
         t0 = time.perf_counter()
-        run_id = deploy.start_run(
+        run_id = flwr_cli.start_run(
             app,
             "bench",
             home,
             {RC_CONFIG: cfg.to_yaml(), RC_REPLY_TIMEOUT: 600.0, RC_WAIT_NODES: 120.0},
         )
-        deploy.wait_for(
+        processes.wait_for(
             lambda: (run_dir / "config.yaml").is_file(),
             300,
             "ServerApp start",
             services,
         )
         out["run_to_serverapp_s"] = time.perf_counter() - t0
-        deploy.wait_for(
+        processes.wait_for(
             lambda: results.is_file() and '"kind": "timing"' in results.read_text(),
             600,
             "round 1",
             services,
         )
         out["run_to_round1_end_s"] = time.perf_counter() - t0
-        deploy.wait_run(
+        flwr_cli.wait_run(
             run_id, "bench", home, 600 * rounds, done=(run_dir / "final.json").is_file
         )
         out["run_total_s"] = time.perf_counter() - t0

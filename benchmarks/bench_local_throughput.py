@@ -2,8 +2,9 @@
 
 Same model (small CNN), same data (one synthetic hospital's training split), same
 batch size and optimizer. The fedpath side is the real FedAvg client half
-(`handle("fit")`: build model, load global weights, `train_local`, upload weights),
-so its overhead includes everything a round costs a client. Target: ratio >= 0.95.
+(`handle("fit")`: build model, load global weights, the image task's loop, upload
+weights), so its overhead includes everything a round costs a client. Target: ratio
+>= 0.95.
 
     python benchmarks/bench_local_throughput.py [--image-size 64] [--epochs 3]
 """
@@ -21,6 +22,7 @@ from fedpath.algorithms.base import ALGORITHMS, ClientContext
 from fedpath.config import load_config, resolve_params
 from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset
+from fedpath.tasks.images import ImageTask
 from fedpath.types import ClientState, Payload, as_numpy_dict
 
 
@@ -74,12 +76,9 @@ def main() -> None:
             client_id="bench",
             domain=ds.domains[0],
             data=split,
-            num_classes=ds.num_classes,
-            build_model=lambda: build_model(cfg.model, ds.num_classes),
-            train=cfg.train,
+            task=ImageTask(cfg, ds),
             round=1,
             seed=0,
-            device=torch.device("cpu"),
         )
         t0 = time.perf_counter()
         spec.client(params, ctx).handle(

@@ -7,7 +7,7 @@ and on the whole target. A good benchmark has high source accuracy (the
 morphological task is learnable) and a clear drop on at least some targets (the
 stain/scanner shift matters). It also prints the histogram shape (skewness, excess
 kurtosis) of each hospital's green-channel intensity, the quantity tested in
-``tests/test_synthetic_render.py``.
+``tests/data/test_synthetic_render.py``.
 
 Usage::
 

@@ -7,31 +7,29 @@ the tests drive the real command line in-process.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 
 from rich.console import Console
 
 from fedpath import __version__
 from fedpath.artifact import ArtifactError
-from fedpath.config import ConfigError, ExperimentConfig, load_config
-from fedpath.data.base import DataError, DomainDataset
+from fedpath.commands import (
+    _cmd_data,
+    _cmd_demo,
+    _cmd_evaluate,
+    _cmd_list,
+    _cmd_predict,
+    _cmd_run,
+    _cmd_stain_report,
+    _cmd_suite,
+    _cmd_table,
+)
+from fedpath.config import ConfigError
+from fedpath.data.base import DataError
 from fedpath.registry import UnknownNameError
-
-#: the packaged demos: ``fedpath demo [NAME]``
-DEMOS = ("stain", "fedhd", "fedad")
-
-
-def _packaged_config(name: str) -> Path:
-    return Path(str(resources.files("fedpath") / "configs" / f"{name}.yaml"))
-
-
-def _console(quiet: bool) -> Console:
-    return Console(quiet=quiet, soft_wrap=True)
+from fedpath.utils.cli_args import add_overrides, add_quiet, is_quiet
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,11 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--quiet",
-            "-q",
-            action="store_true",
-            help="no progress bars or status lines (also FEDPATH_QUIET=1); tables and "
+        add_quiet(
+            p,
+            "no progress bars or status lines (also FEDPATH_QUIET=1); tables and "
             "errors still print",
         )
 
@@ -60,12 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         "algorithm.params.mu=0.1.",
     )
     run.add_argument("config", type=Path, help="experiment YAML file")
-    run.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="config overrides (values parsed as YAML)",
-    )
+    add_overrides(run, "config overrides (values parsed as YAML)")
     run.add_argument(
         "--resume",
         action="store_true",
@@ -86,9 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         "federated self-supervised pre-training, then the linear probe on the "
         "held-out hospital. Overrides apply to every method.",
     )
-    demo.add_argument(
-        "overrides", nargs="*", metavar="[NAME] key=value", help="NAME: fedhd, fedad"
-    )
+    add_overrides(demo, "NAME: fedhd, fedad", metavar="[NAME] key=value")
     demo.add_argument("--methods", help="comma-separated subset of the demo's methods")
     demo.add_argument("--resume", action="store_true")
     common(demo)
@@ -102,12 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "experiment and becomes one row of the table.",
     )
     suite.add_argument("suite", type=Path, help="suite YAML file")
-    suite.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="overrides applied to every variant (e.g. seeds=[0])",
-    )
+    add_overrides(suite, "overrides applied to every variant (e.g. seeds=[0])")
     suite.add_argument("--only", help="comma-separated subset of the variants")
     suite.add_argument("--resume", action="store_true")
     suite.add_argument(
@@ -126,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument(
         "--metric",
         default="accuracy",
-        help="accuracy, balanced_accuracy, macro_f1, auroc or mcc",
+        help="accuracy, balanced_accuracy, macro_f1, macro_precision, macro_recall, "
+        "auroc or mcc; for two classes also f1, precision or recall (positive class)",
     )
     table.add_argument(
         "--split",
@@ -149,12 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("model", type=Path, help="model file written by a run (model.fpm)")
     ev.add_argument("data", help="manifest .csv, image folder, or NAME[:DOMAIN,...]")
-    ev.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="config overrides for a registered dataset",
-    )
+    add_overrides(ev, "config overrides for a registered dataset")
     ev.add_argument(
         "--config", type=Path, help="experiment YAML for a registered dataset"
     )
@@ -197,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     wsi_cli.register(sub)
 
-    from fedpath.runtime.flower import cli as flower_cli
+    from fedpath.deploy import cli as flower_cli
 
     flower_cli.register(sub)
 
@@ -216,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a stain-intensity channel with its Gaussian fit, a normal Q-Q plot, and "
         "skewness / excess-kurtosis bars. Writes OUT/stain_distribution.png and .csv.",
     )
-    sr.add_argument("overrides", nargs="*", metavar="key=value")
+    add_overrides(sr)
     sr.add_argument("--config", type=Path, help="experiment YAML (default: the demo's)")
     sr.add_argument("--out", type=Path, required=True, help="output folder")
     sr.add_argument(
@@ -229,16 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--config", type=Path, help="experiment YAML (default: the demo's)"
     )
-    data.add_argument("overrides", nargs="*", metavar="key=value")
+    add_overrides(data)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    quiet = (
-        bool(getattr(args, "quiet", False)) or os.environ.get("FEDPATH_QUIET") == "1"
-    )
+    quiet = is_quiet(args)
     err = Console(stderr=True, soft_wrap=True)
     try:
         if args.command == "run":
@@ -254,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(args, "ssl_handler"):
             return int(args.ssl_handler(args))
         if hasattr(args, "flower_handler"):
-            from fedpath.runtime.flower import cli as flower_cli
+            from fedpath.deploy import cli as flower_cli
 
             return flower_cli.run(args)
         if hasattr(args, "wsi_handler"):
@@ -278,281 +256,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print("interrupted; continue with --resume")
         return 130
     return 1
-
-
-def _cmd_run(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.runtime.experiment import run_dir_for, run_experiment
-    from fedpath.utils.progress import make_reporter
-
-    cfg = load_config(args.config, args.overrides)
-    with make_reporter(quiet) as rep:
-        run_experiment(cfg, rep, resume=args.resume)
-    out = run_dir_for(cfg, "x", 0).parent.parent
-    _console(quiet).print(f"results in {out}")
-    if args.table:
-        _print_table([out], "accuracy", "target", "markdown", None, quiet)
-    return 0
-
-
-def _only(text: str | None) -> list[str] | None:
-    return [m.strip() for m in text.split(",") if m.strip()] if text else None
-
-
-def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.runtime.suite import load_suite, suite_metrics
-
-    overrides = list(args.overrides)
-    name = overrides.pop(0) if overrides and "=" not in overrides[0] else "stain"
-    files = {"stain": "demo", **{d: f"demo_{d}" for d in DEMOS if d != "stain"}}
-    if name not in files:
-        raise ConfigError(
-            f"demo {name!r} does not exist; choices: {', '.join(DEMOS)} (no name: "
-            "stain)"
-        )
-    path = _packaged_config(files[name])
-    description, configs = load_suite(path, overrides, _only(args.methods))
-    metrics = suite_metrics(path) or ["accuracy", "balanced_accuracy"]
-    return _run_suite(description, configs, quiet, args.resume, metrics)
-
-
-def _cmd_suite(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.runtime.suite import load_suite, suite_metrics
-
-    description, configs = load_suite(args.suite, args.overrides, _only(args.only))
-    metrics = [args.metric] if args.metric else suite_metrics(args.suite)
-    return _run_suite(description, configs, quiet, args.resume, metrics or ["accuracy"])
-
-
-def _run_suite(
-    description: str,
-    configs: Sequence[ExperimentConfig],
-    quiet: bool,
-    resume: bool,
-    metrics: Sequence[str],
-) -> int:
-    from fedpath.runtime.experiment import load_dataset, run_experiment
-    from fedpath.utils.progress import make_reporter
-
-    console = _console(quiet)
-    head = configs[0]
-    first = load_dataset(head.data)
-    datasets: dict[str, DomainDataset] = {repr(head.data): first}
-    per_client = head.evaluation.protocol == "local" and head.lodo.targets == "none"
-    if per_client:
-        shape = f"{len(first.domains)} hospitals evaluated on their own test slides"
-    else:
-        targets = first.domains if head.lodo.targets == "all" else head.lodo.targets
-        shape = f"{len(targets)} unseen domains"
-    console.print(
-        f"{description}: {len(configs)} methods x {shape} x {len(head.seeds)} seeds"
-    )
-    start = time.perf_counter()
-    with make_reporter(quiet) as rep:
-        for cfg in configs:
-            key = repr(cfg.data)
-            if key not in datasets:
-                datasets[key] = load_dataset(cfg.data)
-            run_experiment(cfg, rep, resume=resume, dataset=datasets[key])
-    outs = sorted({Path(c.output_dir) / c.name for c in configs})
-    console.print(
-        f"finished in {time.perf_counter() - start:.0f} s; runs in "
-        f"{', '.join(map(str, outs))}"
-    )
-    labels = [c.method for c in configs]
-    split = "clients" if per_client else "target"
-    for metric in metrics:
-        _print_table(outs, metric, split, "markdown", None, quiet, labels)
-    if head.lodo.source_eval and head.evaluation.protocol == "classifier":
-        _print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
-    return 0
-
-
-def _cmd_table(args: argparse.Namespace, quiet: bool) -> int:
-    _print_table(args.paths, args.metric, args.split, args.format, args.out, quiet)
-    return 0
-
-
-def _print_table(
-    paths: Sequence[Path],
-    metric: str,
-    split: str,
-    fmt: str,
-    out: Path | None,
-    quiet: bool,
-    methods: Sequence[str] | None = None,
-) -> None:
-    from fedpath.evaluation.tables import build_table, to_csv, to_latex, to_markdown
-    from fedpath.runtime.experiment import collect_rows
-    from fedpath.utils.io import atomic_write_text
-
-    rows = collect_rows(paths, split)
-    if rows and not any(metric in r.metrics for r in rows):
-        have = sorted(
-            {
-                k
-                for r in rows
-                for k, v in r.metrics.items()
-                if isinstance(v, int | float) and k != "n"
-            }
-        )
-        raise ConfigError(
-            f"--metric: {metric!r} is not among these runs' metrics; expected one "
-            f"of {', '.join(have)}"
-        )
-    if methods is not None:  # keep the suite's methods, in the suite's order
-        rows = sorted(
-            (r for r in rows if r.method in methods),
-            key=lambda r: methods.index(r.method),
-        )
-    table = build_table(rows, metric=metric)
-    text = {"markdown": to_markdown, "csv": to_csv, "latex": to_latex}[fmt](table)
-    title = {
-        "target": "unseen target domain",
-        "source_mean": "source domains' test splits (mean)",
-        "source_worst": "worst source domain",
-        "clients": "clients' own test splits",
-    }[split]
-    console = _console(False)  # the table is the output asked for, even when quiet
-    if fmt == "markdown":
-        console.print(
-            f"\n{metric} (%) on the {title}, mean ± std over seeds\n", highlight=False
-        )
-    console.print(text, highlight=False, markup=False)
-    if out is not None:
-        atomic_write_text(out, text)
-
-
-def _cmd_stain_report(args: argparse.Namespace) -> int:
-    from fedpath.runtime.experiment import load_dataset
-    from fedpath.stain.analysis import analyse, write_report
-
-    cfg = load_config(args.config or _packaged_config("demo_base"), args.overrides)
-    ds = load_dataset(cfg.data)
-    rows, samples = analyse(ds, args.channel, args.images)
-    title = args.title or f"{ds.name}: {args.channel} intensity per domain"
-    png, table = write_report(rows, samples, args.out, title, args.channel)
-    console = Console(soft_wrap=True)
-    for r in rows:
-        console.print(
-            f"{r.domain:>24}: skewness {r.skewness:+.3f}, excess kurtosis "
-            f"{r.excess_kurtosis:+.3f} ({r.images} images)",
-            highlight=False,
-        )
-    console.print(f"wrote {png} and {table}")
-    return 0
-
-
-def _cmd_evaluate(args: argparse.Namespace, quiet: bool) -> int:
-    import json
-
-    from fedpath.artifact import load_model
-    from fedpath.inference import evaluate, open_data
-    from fedpath.utils.io import atomic_write_text
-
-    model = load_model(args.model)
-    ds, domains = open_data(
-        args.data, model, args.config, args.overrides, args.skip_bad
-    )
-    result = evaluate(model, ds, domains, per_domain=args.per_domain)
-    result["model"] = str(args.model)
-    result["data"] = args.data
-    result["skipped"] = ds.skipped
-    console = Console(soft_wrap=True)
-    _print_metrics(console, "all", result, model.class_names)
-    for d, m in result.get("per_domain", {}).items():
-        _print_metrics(console, d, m, model.class_names)
-    if ds.skipped:
-        console.print(f"skipped {len(ds.skipped)} unreadable images (--skip-bad)")
-    if args.out:
-        atomic_write_text(args.out, json.dumps(result, indent=2))
-    return 0
-
-
-def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"{title}: {m['n']} images", show_header=True)
-    for name in ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc"):
-        table.add_column(name)
-    table.add_row(
-        *(
-            f"{m[k]:.4f}"
-            for k in ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc")
-        )
-    )
-    console.print(table)
-    cm = Table(title="confusion matrix (rows: true, columns: predicted)")
-    cm.add_column("")
-    for c in classes:
-        cm.add_column(c)
-    for c, row in zip(classes, m["confusion_matrix"], strict=True):
-        cm.add_row(c, *map(str, row))
-    console.print(cm)
-
-
-def _cmd_predict(args: argparse.Namespace, quiet: bool) -> int:
-    from rich.progress import Progress
-
-    from fedpath.artifact import load_model
-    from fedpath.inference import predict_files
-
-    model = load_model(args.model)
-    with Progress(console=Console(stderr=True, quiet=quiet)) as bar:
-        task = bar.add_task("predict", total=None)
-
-        def step(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        info = predict_files(
-            model, args.images, args.out, args.batch_size, args.skip_bad, step
-        )
-    console = _console(quiet)
-    console.print(f"wrote {info['images']} predictions to {args.out}")
-    if info["skipped"]:
-        Console(stderr=True).print(
-            f"skipped {len(info['skipped'])} unreadable images: "
-            f"{', '.join(info['skipped'][:5])}"
-        )
-    return 0
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    from fedpath.algorithms.base import ALGORITHMS
-    from fedpath.data.base import DATASETS
-    from fedpath.models.backbones import BACKBONES
-    from fedpath.registry import describe
-
-    console = Console(soft_wrap=True)
-    for title, reg in (
-        ("datasets", DATASETS),
-        ("backbones", BACKBONES),
-        ("algorithms", ALGORITHMS),
-    ):
-        if args.what in ("all", title):
-            console.print(f"[bold]{title}[/]")
-            for name, doc in describe(reg):
-                console.print(f"  {name:<14} {doc}", highlight=False)
-    return 0
-
-
-def _cmd_data(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from fedpath.runtime.experiment import load_dataset
-
-    cfg = load_config(args.config or _packaged_config("demo_base"), args.overrides)
-    ds = load_dataset(cfg.data)
-    rows = ds.counts()
-    table = Table(
-        title=f"{ds.name}: {len(ds.domains)} domains, classes {ds.classes}, "
-        f"{ds.image_size}px"
-    )
-    for col in rows[0]:
-        table.add_column(col)
-    for r in rows:
-        table.add_row(*(str(v) for v in r.values()))
-    Console().print(table)
-    return 0
 
 
 if __name__ == "__main__":

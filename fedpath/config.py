@@ -14,22 +14,25 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A bad config key or value; the message names the key and what was expected."""
-
-
-T = TypeVar("T")
-
+from fedpath.registry import ALGORITHMS, BACKBONES, DATASETS, MIL_MODELS, Registry
+from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their home)
+    Check,
+    Checked,
+    ConfigError,
+    Ge,
+    Gt,
+    Range,
+    from_mapping,
+    require,
+    resolve_params,
+)
 
 # --------------------------------------------------------------------------- schema
 
@@ -44,7 +47,7 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class PartitionConfig:
+class PartitionConfig(Checked):
     """How each source domain is split into clients (FedStain: alpha=0.5, 2 per domain).
 
     ``mode``: ``label`` draws per-class client proportions from Dirichlet(alpha)
@@ -53,25 +56,12 @@ class PartitionConfig:
     ``iid`` splits uniformly at random.
     """
 
-    clients_per_domain: int = 2
-    alpha: float = 0.5
-    mode: Literal["label", "quantity", "iid"] = "label"
-    min_client_size: int = 2
+    config_section = "partition"
 
-    def __post_init__(self) -> None:
-        _check(
-            self.clients_per_domain >= 1,
-            "partition.clients_per_domain",
-            "an integer >= 1",
-            self.clients_per_domain,
-        )
-        _check(self.alpha > 0, "partition.alpha", "a number > 0", self.alpha)
-        _check(
-            self.min_client_size >= 1,
-            "partition.min_client_size",
-            "an integer >= 1",
-            self.min_client_size,
-        )
+    clients_per_domain: Annotated[int, Ge(1)] = 2
+    alpha: Annotated[float, Gt(0)] = 0.5
+    mode: Literal["label", "quantity", "iid"] = "label"
+    min_client_size: Annotated[int, Ge(1)] = 2
 
 
 @dataclass(frozen=True)
@@ -111,7 +101,7 @@ class AlgorithmConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Checked):
     """Rounds, client sampling and the local optimisation loop.
 
     ``schedule`` runs over the whole federation (all rounds x local epochs):
@@ -122,86 +112,60 @@ class TrainConfig:
     ``class_weights``: ``balanced`` weights each class's cross-entropy by
     n / (C * n_c) over the client's own training labels (for imbalanced data such as
     atypical vs normal mitoses); ``none``: plain cross-entropy.
+
+    Fine-tuning a (pretrained) image encoder:
+    ``trainable``: ``all`` parameters, only the ``classifier`` (a frozen encoder),
+    or ``last_stages`` (the classifier and the encoder's last
+    ``trainable_stages`` stages); ``encoder_lr_scale``: the encoder's learning
+    rate is ``lr`` times this; ``warmup``: fraction of the whole federation's
+    steps over which the learning rate rises linearly from 0; ``bn``: ``train``
+    updates BatchNorm statistics during local training, ``frozen`` keeps the
+    (pretrained or global) running statistics and uses them (BatchNorm layers in
+    eval mode). How BatchNorm is shared is the algorithm's choice: ``fedavg``
+    averages it, ``fedbn`` keeps it local.
+    ``augment``: label-preserving augmentation applied to every training batch
+    of every image method before its own (FedStain's views are made from the
+    augmented batch): ``dihedral`` (random flips and 90-degree rotations: tissue
+    has no canonical orientation) or ``dihedral_jitter`` (plus mild brightness,
+    contrast and saturation jitter, +-10%); ``none``.
     """
 
-    rounds: int = 3
-    local_epochs: int = 1
-    batch_size: int = 32
-    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
-    lr: float = 1e-3
-    lr_end: float | None = None
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
-    weight_decay: float = 0.0
-    momentum: float = 0.9
-    grad_clip: float | None = None
-    client_fraction: float = 1.0
-    clients_per_round: int | None = None
-    min_replies: int = 1
-    eval_every: int = 1
-    eval_batch_size: int = 256
-    class_weights: Literal["none", "balanced"] = "none"
+    config_section = "train"
 
-    def __post_init__(self) -> None:
-        _check(self.rounds >= 1, "train.rounds", "an integer >= 1", self.rounds)
-        _check(
-            self.local_epochs >= 1,
-            "train.local_epochs",
-            "an integer >= 1",
-            self.local_epochs,
-        )
-        _check(
-            self.batch_size >= 1, "train.batch_size", "an integer >= 1", self.batch_size
-        )
-        _check(self.lr > 0, "train.lr", "a number > 0", self.lr)
-        _check(
-            self.lr_end is None or self.lr_end >= 0,
-            "train.lr_end",
-            "a number >= 0 or null",
-            self.lr_end,
-        )
-        _check(
+    rounds: Annotated[int, Ge(1)] = 3
+    local_epochs: Annotated[int, Ge(1)] = 1
+    batch_size: Annotated[int, Ge(1)] = 32
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    lr: Annotated[float, Gt(0)] = 1e-3
+    lr_end: Annotated[float | None, Ge(0)] = None
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    weight_decay: Annotated[float, Ge(0)] = 0.0
+    momentum: Annotated[float, Ge(0)] = 0.9
+    grad_clip: Annotated[float | None, Gt(0)] = None
+    client_fraction: Annotated[float, Range(0, 1, lo_open=True)] = 1.0
+    clients_per_round: Annotated[int | None, Ge(1)] = None
+    min_replies: Annotated[int, Ge(1)] = 1
+    eval_every: Annotated[int, Ge(1)] = 1
+    eval_batch_size: Annotated[int, Ge(1)] = 256
+    class_weights: Literal["none", "balanced"] = "none"
+    trainable: Literal["all", "classifier", "last_stages"] = "all"
+    trainable_stages: Annotated[int, Ge(1)] = 1
+    encoder_lr_scale: Annotated[float, Ge(0)] = 1.0
+    warmup: Annotated[float, Range(0, 1, hi_open=True)] = 0.0
+    bn: Literal["train", "frozen"] = "train"
+    augment: Literal["none", "dihedral", "dihedral_jitter"] = "none"
+
+    def validate(self) -> None:
+        require(
             self.schedule != "linear" or self.lr_end is not None,
-            "train.lr_end",
+            "lr_end",
             "a number when train.schedule is 'linear'",
             self.lr_end,
-        )
-        _check(
-            self.weight_decay >= 0,
-            "train.weight_decay",
-            "a number >= 0",
-            self.weight_decay,
-        )
-        _check(
-            0 < self.client_fraction <= 1,
-            "train.client_fraction",
-            "a number in (0, 1]",
-            self.client_fraction,
-        )
-        _check(
-            self.clients_per_round is None or self.clients_per_round >= 1,
-            "train.clients_per_round",
-            "an integer >= 1 or null",
-            self.clients_per_round,
-        )
-        _check(
-            self.min_replies >= 1,
-            "train.min_replies",
-            "an integer >= 1",
-            self.min_replies,
-        )
-        _check(
-            self.eval_every >= 1, "train.eval_every", "an integer >= 1", self.eval_every
-        )
-        _check(
-            self.grad_clip is None or self.grad_clip > 0,
-            "train.grad_clip",
-            "a number > 0 or null",
-            self.grad_clip,
         )
 
 
 @dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(Checked):
     """How a run's models are evaluated.
 
     ``protocol``:
@@ -218,32 +182,18 @@ class EvalConfig:
       there too.
     """
 
-    protocol: Literal["classifier", "linear_probe", "local"] = "classifier"
-    probe_folds: int = 5
-    probe_max_iter: int = 100
-    probe_cs: list[float] = field(
-        default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0, 100.0]
-    )
+    config_section = "evaluation"
 
-    def __post_init__(self) -> None:
-        _check(
-            self.probe_folds >= 2,
-            "evaluation.probe_folds",
-            "an integer >= 2",
-            self.probe_folds,
-        )
-        _check(
-            self.probe_max_iter >= 1,
-            "evaluation.probe_max_iter",
-            "an integer >= 1",
-            self.probe_max_iter,
-        )
-        _check(
-            len(self.probe_cs) >= 1 and all(c > 0 for c in self.probe_cs),
-            "evaluation.probe_cs",
+    protocol: Literal["classifier", "linear_probe", "local"] = "classifier"
+    probe_folds: Annotated[int, Ge(2)] = 5
+    probe_max_iter: Annotated[int, Ge(1)] = 100
+    probe_cs: Annotated[
+        list[float],
+        Check(
             "a non-empty list of positive numbers",
-            self.probe_cs,
-        )
+            lambda cs: len(cs) >= 1 and all(c > 0 for c in cs),
+        ),
+    ] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0, 100.0])
 
 
 @dataclass(frozen=True)
@@ -261,7 +211,7 @@ class RuntimeConfig:
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
+class ExperimentConfig(Checked):
     """One experiment: a dataset, a LODO plan, one algorithm, seeds, training.
 
     ``label``: the method's name in results and tables (default: the algorithm's);
@@ -281,17 +231,17 @@ class ExperimentConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
-    def __post_init__(self) -> None:
-        _check(
+    def validate(self) -> None:
+        require(
             self.lodo.targets != "none" or self.evaluation.protocol == "local",
             "evaluation.protocol",
             "'local' when lodo.targets is 'none' (no held-out domain to evaluate on)",
             self.evaluation.protocol,
         )
-        _check(
+        require(
             len(self.seeds) >= 1, "seeds", "a non-empty list of integers", self.seeds
         )
-        _check(
+        require(
             len(set(self.seeds)) == len(self.seeds),
             "seeds",
             "distinct integers",
@@ -320,11 +270,6 @@ class ExperimentConfig:
         for key, value in overrides.items():
             _set_dotted(raw, key.replace("__", "."), value)
         return build_config(raw)
-
-
-def _check(ok: bool, key: str, expected: str, got: Any) -> None:
-    if not ok:
-        raise ConfigError(f"config key {key!r}: expected {expected}, got {got!r}")
 
 
 # --------------------------------------------------------------------------- loading
@@ -398,15 +343,9 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
 def build_config(raw: Mapping[str, Any]) -> ExperimentConfig:
     """Validate a raw mapping; resolve every ``params`` block against its registry."""
     cfg = from_mapping(ExperimentConfig, raw, "")
-    from fedpath.algorithms.base import ALGORITHMS
-    from fedpath.data.base import DATASETS
-    from fedpath.models.backbones import BACKBONES
-
     data = dataclasses.replace(
         cfg.data, params=_resolve(DATASETS, cfg.data.name, cfg.data.params, "data")
     )
-    from fedpath.mil import MIL_MODELS
-
     # slide-bag datasets take a MIL model (abmil, transmil...) as their backbone
     models = MIL_MODELS if cfg.model.backbone in MIL_MODELS else BACKBONES
     if cfg.model.backbone not in models:
@@ -435,7 +374,7 @@ def build_config(raw: Mapping[str, Any]) -> ExperimentConfig:
 
 
 def _resolve(
-    registry: Any,
+    registry: Registry[Any],
     name: str,
     params: Mapping[str, Any],
     section: str,
@@ -455,101 +394,3 @@ def _resolve(
             )
         return {}
     return dataclasses.asdict(from_mapping(schema, params, f"{section}.params"))
-
-
-def resolve_params(schema: type[T], params: Mapping[str, Any], section: str) -> T:
-    """Build a params dataclass from a (resolved) params mapping."""
-    return from_mapping(schema, params, section)
-
-
-def from_mapping(cls: type[T], raw: Any, prefix: str) -> T:
-    """Build dataclass ``cls`` from a mapping, checking keys and value types."""
-    where = prefix or "the top level"
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(
-            f"config key {where!r}: expected a mapping, got {type(raw).__name__}"
-        )
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = [k for k in raw if k not in fields]
-    if unknown:
-        key = _join(prefix, str(unknown[0]))
-        raise ConfigError(
-            f"unknown config key {key!r}; valid keys"
-            f"{' under ' + repr(prefix) if prefix else ''}: {', '.join(fields)}"
-        )
-    kwargs = {
-        name: _convert(hints[name], value, _join(prefix, name))
-        for name, value in raw.items()
-    }
-    try:
-        return cls(**kwargs)
-    except TypeError as err:
-        raise ConfigError(f"config section {where!r}: {err}") from None
-
-
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
-
-
-def _convert(tp: Any, value: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return value
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return from_mapping(tp, value, key)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _convert(option, value, key)
-            except ConfigError as err:
-                errors.append(str(err).split(": expected ", 1)[-1].split(", got")[0])
-        raise ConfigError(
-            f"config key {key!r}: expected {' or '.join(errors)}"
-            f"{' or null' if type(None) in args else ''}, got {value!r}"
-        )
-    if origin is Literal:
-        if value in args:
-            return value
-        raise ConfigError(
-            f"config key {key!r}: expected one of {', '.join(map(repr, args))}, "
-            f"got {value!r}"
-        )
-    if origin in (list, tuple, Sequence):
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"config key {key!r}: expected a list, got {value!r}")
-        item_tp = args[0] if args else Any
-        items = [_convert(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict or tp is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"config key {key!r}: expected a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"config key {key!r}: expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"config key {key!r}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-4" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"config key {key!r}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"config key {key!r}: expected a string, got {value!r}")
-    raise ConfigError(f"config key {key!r}: unsupported type {tp!r}")

@@ -21,36 +21,28 @@ import torch
 from fedpath.artifact import LoadedModel
 from fedpath.config import load_config
 from fedpath.data.base import DataError, DomainDataset, Split
-from fedpath.data.files import IMAGE_SUFFIXES, load_image
+from fedpath.data.files import IMAGE_SUFFIXES, image_files, load_image
 from fedpath.data.manifest import (
     FileDatasetParams,
     Records,
+    add_class_folders,
     build_file_dataset,
     read_manifest,
     scan_folders,
 )
-from fedpath.evaluation.metrics import classification_metrics, confusion_matrix
+from fedpath.evaluation.metrics import metrics_with_confusion
 from fedpath.runtime.experiment import load_dataset
-from fedpath.runtime.local import predict_probs
+from fedpath.tasks.images import predict_probs
 from fedpath.utils.io import atomic_write_text
 
 Progress = Callable[[int, int], None]
 
 
-def _images_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-
-
 def scan_class_folders(root: Path) -> Records:
-    """``root/<class>/<image>``: one domain named after ``root``."""
+    """``root/<class>/<image>`` (images at any depth below a class folder): one
+    domain named after ``root``."""
     rec = Records([], [], [], [], [])
-    for cls in sorted(c for c in root.iterdir() if c.is_dir()):
-        for img in _images_in(cls):
-            rec.paths.append(img)
-            rec.labels.append(cls.name)
-            rec.domains.append(root.name)
-            rec.slides.append(str(img))
-            rec.where.append(str(img))
+    add_class_folders(rec, root, root.name, recursive=True)
     if not rec.paths:
         raise DataError(
             f"no images under {str(root)!r}; expected <class>/<image> folders "
@@ -83,7 +75,7 @@ def open_data(
         return build_file_dataset("manifest", read_manifest(path), params), None
     if path.is_dir():
         subdirs = [d for d in path.iterdir() if d.is_dir()]
-        if not subdirs and _images_in(path):
+        if not subdirs and image_files(path, recursive=True):
             raise DataError(
                 f"{str(path)!r} holds images but no class folders; use `fedpath "
                 "predict` for unlabelled images, or put them in <class>/ folders"
@@ -129,31 +121,22 @@ def evaluate(
     per_domain: bool = False,
     batch_size: int = 256,
 ) -> dict[str, Any]:
-    """Metrics (accuracy, balanced accuracy, macro-F1, AUROC, MCC, confusion matrix)."""
+    """The metrics of :func:`~fedpath.evaluation.metrics.metrics_with_confusion`
+    (``confusion``: rows true, columns predicted), overall and per domain."""
     chosen = list(domains) if domains else list(ds.domains)
     split = Split.concat([ds.split(d, "all") for d in chosen])
     # map the dataset's class indices onto the model's
     remap = np.array([model.class_names.index(c) for c in ds.classes])
     labels = remap[split.labels]
     probs = predict_probs(model.model, split, batch_size, torch.device("cpu")).numpy()
-    out: dict[str, Any] = {"n": len(split), **_metrics(labels, probs, model)}
+    out: dict[str, Any] = {"n": len(split), **metrics_with_confusion(labels, probs)}
     if per_domain:
         out["per_domain"] = {
-            d: {"n": int(m.sum()), **_metrics(labels[m], probs[m], model)}
+            d: {"n": int(m.sum()), **metrics_with_confusion(labels[m], probs[m])}
             for d in chosen
             for m in [split.domains == d]
         }
     return out
-
-
-def _metrics(
-    labels: np.ndarray, probs: np.ndarray, model: LoadedModel
-) -> dict[str, Any]:
-    m: dict[str, Any] = dict(classification_metrics(labels, probs))
-    m["confusion_matrix"] = confusion_matrix(
-        labels, probs.argmax(1), model.meta.num_classes
-    ).tolist()
-    return m
 
 
 def predict_files(
@@ -168,7 +151,7 @@ def predict_files(
     files = (
         [target]
         if target.is_file()
-        else (_images_in(target) if target.is_dir() else [])
+        else (image_files(target, recursive=True) if target.is_dir() else [])
     )
     if not target.exists():
         raise DataError(f"{str(target)!r} does not exist")

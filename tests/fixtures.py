@@ -1,4 +1,5 @@
-"""Small on-disk datasets generated inside tests (never shipped, never downloaded)."""
+"""Test builders: small on-disk datasets generated inside tests (never shipped, never
+downloaded) and client contexts for unit tests of algorithm halves."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from fedpath.algorithms.base import ClientContext
+from fedpath.config import ExperimentConfig
+from fedpath.data.base import DomainDataset, Split
 from fedpath.data.synthetic_render import make_hospital_profiles, render_patches
 
 CLASSES = ("normal", "tumour")
@@ -86,3 +90,31 @@ def write_wilds_tree(root: Path, per_center: int = 8, size: int = 48) -> Path:
         w.writeheader()
         w.writerows(rows)
     return base
+
+
+def make_client_context(
+    *,
+    cfg: ExperimentConfig,
+    dataset: DomainDataset | None = None,
+    data: Split | None = None,
+    domain: str | None = None,
+    client_id: str = "c0",
+    round: int = 1,
+    seed: int = 0,
+) -> ClientContext:
+    """A client context for unit tests of an algorithm half, built the way both
+    runtimes build it (:class:`fedpath.runtime.context.RunContext`).
+
+    ``data`` defaults to the training split of ``domain`` (default: the dataset's
+    first domain); ``dataset`` defaults to ``cfg``'s.
+    """
+    from fedpath.data.partition import ClientData
+    from fedpath.runtime.context import RunContext
+    from fedpath.runtime.experiment import load_dataset
+
+    ds = dataset if dataset is not None else load_dataset(cfg.data)
+    domain = domain or ds.domains[0]
+    split = data if data is not None else ds.split(domain, "train")
+    return RunContext.build(cfg, ds).client_context(
+        ClientData(client_id, domain, split), round=round, seed=seed
+    )

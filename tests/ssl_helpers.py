@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from fedpath.algorithms.base import ClientContext
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.data.base import Split
-from fedpath.models.backbones import FedModel, build_model
-from fedpath.runtime.experiment import load_dataset
+from tests.fixtures import make_client_context
 
 SSL_TINY = [
     "data.params.num_hospitals=3",
@@ -41,20 +38,6 @@ def client_ctx(
     cfg: ExperimentConfig, data: Split | None = None, rnd: int = 1, cid: str = "c0"
 ) -> ClientContext:
     """A client context on hospital_0's train split (or ``data``)."""
-    ds = load_dataset(cfg.data)
-    split = data if data is not None else ds.split("hospital_0", "train")
-
-    def build() -> FedModel:
-        return build_model(cfg.model, ds.num_classes)
-
-    return ClientContext(
-        client_id=cid,
-        domain="hospital_0",
-        data=split,
-        num_classes=ds.num_classes,
-        build_model=build,
-        train=cfg.train,
-        round=rnd,
-        seed=0,
-        device=torch.device("cpu"),
+    return make_client_context(
+        cfg=cfg, data=data, domain="hospital_0", client_id=cid, round=rnd
     )

@@ -77,7 +77,7 @@ def test_evaluate_registered_domain_equals_the_run(
     for k in ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc"):
         assert got[k] == pytest.approx(final[k], abs=1e-12), k
     assert got["n"] == final["n"] == 48
-    assert np.array(got["confusion_matrix"]).sum() == 48
+    assert np.array(got["confusion"]).sum() == 48
 
 
 def test_evaluate_folder_layout_equals_the_run(

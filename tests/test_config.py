@@ -76,7 +76,7 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
         ),
         (
             "model.backbone=vgg",
-            r"'model.backbone': unknown backbone 'vgg'; valid choices: resnet18",
+            r"'model.backbone': unknown backbone 'vgg'; valid choices: .*resnet18",
         ),
         ("algorithm.params.lr=1", r"unknown config key 'algorithm.params.lr'"),
         (
@@ -149,3 +149,66 @@ def test_saved_yaml_is_plain(tmp_path: Path) -> None:
         "evaluation",
         "runtime",
     }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["data.params.num_hospitals=0"],
+            r"'data.params.num_hospitals': expected an integer >= 1, got 0",
+        ),
+        (
+            ["data.params.samples_per_hospital=1"],
+            r"'data.params.samples_per_hospital': expected an integer >= 2, got 1",
+        ),
+        (
+            ["data.params.image_size=513"],
+            r"'data.params.image_size': expected an integer in \[16, 512\], got 513",
+        ),
+        (
+            ["data.params.slides_per_hospital=0"],
+            r"'data.params.slides_per_hospital': expected an integer >= 1",
+        ),
+        (
+            ["data.params.test_fraction=1"],
+            r"'data.params.test_fraction': expected a number in \[0, 1\), got 1.0",
+        ),
+        (
+            ["data.params.tumour_fraction=0"],
+            r"'data.params.tumour_fraction': expected a number in \(0, 1\), got 0.0",
+        ),
+        (
+            ["data.name=synthetic_bags", "data.params.slides_per_hospital=3"],
+            r"'data.params.slides_per_hospital': expected an integer >= 4, got 3",
+        ),
+        (
+            ["data.name=synthetic_bags", "data.params.rare_fraction=1"],
+            r"'data.params.rare_fraction': expected a number in \(0, 1\)",
+        ),
+        (
+            ["data.name=synthetic_bags", "data.params.min_patches=500"],
+            r"'data.params.min_patches': expected 1 <= min_patches <= max_patches, "
+            r"got \(500, 400\)",
+        ),
+        (
+            ["data.name=clam_bags", "data.params.prefer=npy"],
+            r"'data.params.prefer': expected 'h5' or 'pt', got 'npy'",
+        ),
+    ],
+)
+def test_bad_dataset_params_name_the_key(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_dataset_params_name_the_key_when_built_in_code() -> None:
+    from fedpath.data.bags import SyntheticBagsParams
+    from fedpath.data.synthetic import SyntheticParams
+
+    with pytest.raises(ConfigError, match=r"'data.params.image_size': .* got 8"):
+        SyntheticParams(image_size=8)
+    with pytest.raises(ConfigError, match=r"'data.params.dim': expected an integer"):
+        SyntheticBagsParams(dim=1)
+    edge = SyntheticParams(num_hospitals=1, samples_per_hospital=2, image_size=512)
+    assert edge.test_fraction == 0.25  # the bounds themselves are valid

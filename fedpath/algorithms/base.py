@@ -23,24 +23,32 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedpath.algorithms.names import LOCAL, WEIGHTS
 from fedpath.config import TrainConfig
 from fedpath.data.base import Split
-from fedpath.models.backbones import FedModel
-from fedpath.registry import Registry
+from fedpath.registry import ALGORITHMS
+from fedpath.schema import Checked
+from fedpath.tasks.base import Task
+from fedpath.tasks.images import LossFn as ImageLoss
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 
-if TYPE_CHECKING:
-    from fedpath.mil.models import MILModel
+#: an algorithm's parameters dataclass (``algorithm.params``, resolved at load)
+P = TypeVar("P")
 
-#: builds a MIL model: the configured one (``None``) or a registered name
-MILBuilder = Callable[[str | None], "MILModel"]
+
+class AlgorithmParams(Checked):
+    """Base of every algorithm's params dataclass: constraints are declared on the
+    fields (``Annotated[float, Ge(0)]``, see :mod:`fedpath.schema`) and errors name
+    the ``algorithm.params`` key."""
+
+    config_section = "algorithm.params"
 
 
 class ProtocolError(RuntimeError):
@@ -62,29 +70,57 @@ def derive_seed(*parts: int | str) -> int:
 
 @dataclass
 class ClientContext:
-    """Everything a client half may use: its data, model factory, training config.
+    """Everything a client half may use: its data, the run's task, its round.
 
     ``data`` is the client's training split, ``test`` its own test split (used by
-    :meth:`ClientAlgorithm.evaluate`). On a slide-bag dataset ``build_model``
-    raises and ``build_mil`` builds the configured MIL model (or a named one: FedHD
-    clients may each choose their architecture); on images ``build_mil`` is None.
+    :meth:`ClientAlgorithm.evaluate`). ``task`` builds models, runs the local loop
+    and evaluates (:mod:`fedpath.tasks`); an image algorithm reaches its loop as
+    ``ctx.task.images()``, a MIL algorithm as ``ctx.task.bags()``. Built by
+    :func:`fedpath.runtime.context.client_context` for both runtimes.
     """
 
     client_id: str
     domain: str
     data: Split
-    num_classes: int
-    build_model: Callable[[], FedModel]
-    train: TrainConfig
+    task: Task
     round: int
     seed: int
-    device: torch.device
-    on_epoch: Callable[[int, int], None] | None = None  # (epoch, total) progress
     test: Split | None = None
-    build_mil: MILBuilder | None = None
+    on_epoch: Callable[[int, int], None] | None = None  # (epoch, total) progress
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.task.train
+
+    @property
+    def num_classes(self) -> int:
+        return self.task.num_classes
+
+    @property
+    def device(self) -> torch.device:
+        return self.task.device
+
+    def build_model(self, name: str | None = None) -> nn.Module:
+        """The configured model (or the registered one ``name``), on no device."""
+        return self.task.build_model(name)
 
     def seed_for(self, *tags: int | str) -> int:
         return derive_seed(self.seed, self.round, self.client_id, *tags)
+
+    def fit_images(
+        self, model: nn.Module, loss: ImageLoss, data: Split | None = None
+    ) -> dict[str, float]:
+        """This round's local training of an image model on the client's data (or
+        ``data``): the image task's loop, seeded by (run, round, client)."""
+        torch.manual_seed(self.seed_for("torch"))
+        return self.task.images().fit(
+            model,
+            self.data if data is None else data,
+            loss,
+            round_idx=self.round,
+            seed=self.seed_for("shuffle"),
+            on_epoch=self.on_epoch,
+        )
 
     @cached_property
     def _class_weight(self) -> torch.Tensor | None:
@@ -93,15 +129,11 @@ class ClientContext:
     def class_weight(self) -> torch.Tensor | None:
         """Per-class loss weights n / (C * n_c) from this client's own training
         labels when ``train.class_weights`` is ``balanced`` (absent classes: 0)."""
-        if self.train.class_weights != "balanced":
-            return None
-        counts = np.bincount(self.data.labels, minlength=self.num_classes)
-        n = float(counts.sum())
-        w = np.where(counts > 0, n / (self.num_classes * np.maximum(counts, 1)), 0.0)
-        return torch.as_tensor(w, dtype=torch.float32, device=self.device)
+        return self.task.class_weight(self.data.labels)
 
     def cross_entropy(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The classification loss of the image algorithms (``train.class_weights``)."""
+        """The classification loss of every supervised method
+        (``train.class_weights``)."""
         w = self._class_weight
         return F.cross_entropy(logits, y, weight=None if w is None else w.to(logits))
 
@@ -113,21 +145,29 @@ class ServerContext:
     initial_weights: ArrayDict
     client_ids: list[str]
     client_domains: dict[str, str]
-    rounds: int
     seed: int
-    build_model: Callable[[], FedModel]
-    build_mil: MILBuilder | None = None
-    local_epochs: int = 1
+    task: Task
+
+    @property
+    def rounds(self) -> int:
+        return self.task.train.rounds
+
+    @property
+    def local_epochs(self) -> int:
+        return self.task.train.local_epochs
+
+    def build_model(self, name: str | None = None) -> nn.Module:
+        return self.task.build_model(name)
 
 
-class ClientAlgorithm(ABC):
+class ClientAlgorithm(ABC, Generic[P]):
     """The part of an algorithm that runs at a hospital.
 
     A fresh instance is created for every call, so nothing lives on ``self`` between
     rounds: what must survive goes into the :class:`ClientState`.
     """
 
-    def __init__(self, params: Any, ctx: ClientContext) -> None:
+    def __init__(self, params: P, ctx: ClientContext) -> None:
         self.params = params
         self.ctx = ctx
 
@@ -140,16 +180,14 @@ class ClientAlgorithm(ABC):
         (group ``weights``) plus the entries it keeps local (state group ``local``,
         e.g. FedBN's norms). Personalised methods (FedHD) return their own."""
         ctx = self.ctx
-        model: nn.Module = (
-            ctx.build_mil(None) if ctx.build_mil is not None else ctx.build_model()
-        )
+        model = ctx.build_model()
         own = model.state_dict()
-        if "weights" not in payload.arrays:
+        if WEIGHTS not in payload.arrays:
             raise ProtocolError(
                 f"client {ctx.client_id}: no global weights to evaluate and no model "
                 f"of its own ({type(self).__name__})"
             )
-        merged = {**payload.arrays["weights"], **state.arrays.get("local", {})}
+        merged = {**payload.arrays[WEIGHTS], **state.arrays.get(LOCAL, {})}
         model.load_state_dict(
             {**own, **{k: torch.from_numpy(v) for k, v in merged.items() if k in own}}
         )
@@ -160,21 +198,16 @@ class ClientAlgorithm(ABC):
 
         Only metrics leave the client, never predictions.
         """
-        from fedpath.runtime.evaluate import split_metrics
-
         test = self.ctx.test
         if test is None or len(test) == 0:
             return {}
-        model = self.deployed_model(payload, state)
-        return split_metrics(
-            model, test, self.ctx.train.eval_batch_size, self.ctx.device
-        )
+        return self.ctx.task.evaluate(self.deployed_model(payload, state), test)
 
 
-class ServerAlgorithm(ABC):
+class ServerAlgorithm(ABC, Generic[P]):
     """The part of an algorithm that runs at the coordinator."""
 
-    def __init__(self, params: Any, ctx: ServerContext) -> None:
+    def __init__(self, params: P, ctx: ServerContext) -> None:
         self.params = params
         self.ctx = ctx
 
@@ -202,7 +235,7 @@ class ServerAlgorithm(ABC):
         """What ``client`` receives to evaluate its deployed model (default: the
         global weights, if any)."""
         weights = self.global_weights()
-        return Payload({"weights": weights} if weights is not None else {})
+        return Payload({WEIGHTS: weights} if weights is not None else {})
 
     @abstractmethod
     def state(self) -> Payload:
@@ -216,21 +249,17 @@ class ServerAlgorithm(ABC):
 class AlgorithmSpec:
     """A registered algorithm: its two halves and its parameter dataclass."""
 
-    client: type[ClientAlgorithm]
-    server: type[ServerAlgorithm]
+    client: type[ClientAlgorithm[Any]]
+    server: type[ServerAlgorithm[Any]]
     summary: str
     #: what the clients train on: "images", or "bags" (slides as patch embeddings)
     data: str = "images"
 
 
-#: Registered algorithms; ``ALGORITHMS.params(name)`` is the params dataclass.
-ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm")
-
-
 def register_algorithm(
     name: str,
-    client: type[ClientAlgorithm],
-    server: type[ServerAlgorithm],
+    client: type[ClientAlgorithm[Any]],
+    server: type[ServerAlgorithm[Any]],
     params: type | None = None,
     summary: str = "",
     data: str = "images",
@@ -240,6 +269,11 @@ def register_algorithm(
     )
     ALGORITHMS.register(name, params=params)(spec)
     return spec
+
+
+def round_only(clients: Sequence[str], rnd: int) -> dict[str, Payload]:
+    """The payloads of a stage that sends nothing but the round number."""
+    return {c: Payload({}, {"round": rnd}) for c in clients}
 
 
 def weighted_mean_scalars(

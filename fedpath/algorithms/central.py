@@ -23,15 +23,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import ProtocolError, ServerContext, register_algorithm
+from fedpath.algorithms.base import (
+    ProtocolError,
+    ServerContext,
+    register_algorithm,
+    round_only,
+)
 from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
+from fedpath.algorithms.names import FIT, POOL, UPLOAD
 from fedpath.algorithms.ssl_common import SSLClient, SSLNet
 from fedpath.data.base import Split, TensorStore
 from fedpath.models.backbones import FedModel
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
-
-UPLOAD = "upload"
-POOL = "pool"
 
 
 def _pooled_split(pool: ArrayDict) -> Split:
@@ -60,7 +63,7 @@ class _PoolingClient(SSLClient):
         return Payload({POOL: up}, {"num_images": len(data)})
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
-        if stage == "fit":
+        if stage == FIT:
             self.ctx = dataclasses.replace(
                 self.ctx, data=_pooled_split(payload.group(POOL))
             )
@@ -73,13 +76,13 @@ class _PoolingServer(SimCLRServer):
         self.pool: ArrayDict = {}
 
     def stages(self, rnd: int) -> Sequence[str]:
-        return (UPLOAD, "fit") if not self.pool else ("fit",)
+        return (UPLOAD, FIT) if not self.pool else (FIT,)
 
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
         if stage == UPLOAD:
-            return {c: Payload({}, {"round": rnd}) for c in clients}
+            return round_only(clients, rnd)
         trainer = sorted(clients)[0]
         msg = super().configure(stage, rnd, [trainer])
         msg[trainer].arrays[POOL] = self.pool

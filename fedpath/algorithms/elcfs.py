@@ -26,43 +26,33 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 
-from fedpath.algorithms.base import ProtocolError, ServerContext, register_algorithm
+from fedpath.algorithms.base import (
+    ProtocolError,
+    ServerContext,
+    register_algorithm,
+    round_only,
+)
 from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
+from fedpath.algorithms.names import AMPLITUDE, AMPLITUDE_BANK, FIT
 from fedpath.algorithms.ssl_common import SSLNet
-from fedpath.config import ConfigError
+from fedpath.schema import Ge, Range
 from fedpath.ssl.amplitude import amplitude_mix, low_band_amplitude
 from fedpath.types import ClientState, Payload, Scalar
 
 log = logging.getLogger("fedpath")
-
-AMPLITUDE = "amplitude"  # stage name and reply group
-BANK = "amplitude_bank"  # fit-stage group: the other clients' amplitudes
 
 
 @dataclass(frozen=True)
 class ELCFSParams(FedAvgSSLParams):
     """images_per_client: amplitudes each client shares; beta: low-band size."""
 
-    images_per_client: int = 8
-    beta: float = 0.2
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.images_per_client < 1:
-            raise ConfigError(
-                "config key 'algorithm.params.images_per_client': expected an "
-                f"integer >= 1, got {self.images_per_client!r}"
-            )
-        if not (0 < self.beta <= 1):
-            raise ConfigError(
-                f"config key 'algorithm.params.beta': expected a number in (0, 1], "
-                f"got {self.beta!r}"
-            )
+    images_per_client: Annotated[int, Ge(1)] = 8
+    beta: Annotated[float, Range(0, 1, lo_open=True)] = 0.2
 
 
 class ELCFSClient(SimCLRClient):
@@ -85,7 +75,7 @@ class ELCFSClient(SimCLRClient):
         return Payload({AMPLITUDE: {"low_band": amps}}, {"num_images": len(amps)})
 
     def begin(self, net: SSLNet, payload: Payload, state: ClientState) -> None:
-        bank = payload.arrays.get(BANK, {}).get("low_band")
+        bank = payload.arrays.get(AMPLITUDE_BANK, {}).get("low_band")
         if bank is None or len(bank) == 0:
             log.warning(
                 "client %s received an empty amplitude bank; mixing with its own "
@@ -119,18 +109,18 @@ class ELCFSServer(SimCLRServer):
         self.bank: dict[str, np.ndarray] = {}
 
     def stages(self, rnd: int) -> Sequence[str]:
-        return (AMPLITUDE, "fit") if rnd == 1 or not self.bank else ("fit",)
+        return (AMPLITUDE, FIT) if rnd == 1 or not self.bank else (FIT,)
 
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
         if stage == AMPLITUDE:
-            return {c: Payload({}, {"round": rnd}) for c in clients}
+            return round_only(clients, rnd)
         messages = super().configure(stage, rnd, clients)
         for c, msg in messages.items():
             others = [self.bank[o] for o in sorted(self.bank) if o != c]
             if others:
-                msg.arrays[BANK] = {"low_band": np.concatenate(others)}
+                msg.arrays[AMPLITUDE_BANK] = {"low_band": np.concatenate(others)}
         return messages
 
     def aggregate(
@@ -157,12 +147,12 @@ class ELCFSServer(SimCLRServer):
     def state(self) -> Payload:
         out = super().state()
         for cid, amps in self.bank.items():
-            out.arrays[f"{BANK}/{cid}"] = {"low_band": amps}
+            out.arrays[f"{AMPLITUDE_BANK}/{cid}"] = {"low_band": amps}
         return out
 
     def load_state(self, state: Payload) -> None:
         super().load_state(state)
-        prefix = f"{BANK}/"
+        prefix = f"{AMPLITUDE_BANK}/"
         self.bank = {
             g[len(prefix) :]: arrs["low_band"]
             for g, arrs in state.arrays.items()

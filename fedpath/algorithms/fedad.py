@@ -32,7 +32,7 @@ Choices the paper leaves open (documented in docs/fedad.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import nn
@@ -47,6 +47,7 @@ from fedpath.algorithms.ssl_common import (
 )
 from fedpath.config import ConfigError
 from fedpath.losses import nt_xent, orthogonality_loss, teacher_alignment_loss
+from fedpath.schema import Ge
 from fedpath.ssl.atsa import ATSA, check_atsa_bounds, instability
 from fedpath.ssl.heads import DisentanglingHead, teacher_projection
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
@@ -65,37 +66,21 @@ class FedADParams(SSLParams):
     lambda_min, lambda_max, alpha, k, eps: Eq. 5-6.
     """
 
-    gamma: float = 2.0
-    proj_dim: int = 128
-    head_hidden: int | None = None
+    gamma: Annotated[float, Ge(0)] = 2.0
+    proj_dim: Annotated[int, Ge(1)] = 128
+    head_hidden: Annotated[int | None, Ge(1)] = None
     atsa: bool = True
-    static_lambda: float = 0.5
+    static_lambda: Annotated[float, Ge(0)] = 0.5
     lambda_min: float = 0.1
     lambda_max: float = 1.0
     alpha: float = 0.8
     k: float = 20.0
     eps: float = 1e-8
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
         check_atsa_bounds(
             self.lambda_min, self.lambda_max, self.alpha, self.k, self.eps
         )
-        for key, ok, expected in (
-            ("gamma", self.gamma >= 0, "a number >= 0"),
-            ("proj_dim", self.proj_dim >= 1, "an integer >= 1"),
-            ("static_lambda", self.static_lambda >= 0, "a number >= 0"),
-            (
-                "head_hidden",
-                self.head_hidden is None or self.head_hidden >= 1,
-                "null or an integer >= 1",
-            ),
-        ):
-            if not ok:
-                raise ConfigError(
-                    f"config key 'algorithm.params.{key}': expected {expected}, "
-                    f"got {getattr(self, key)!r}"
-                )
 
 
 class FedADClient(SSLClient):
@@ -129,8 +114,7 @@ class FedADClient(SSLClient):
         self, net: SSLNet, view_a: torch.Tensor, view_b: torch.Tensor, x: torch.Tensor
     ) -> dict[str, Any]:
         p = self.params
-        n = view_a.shape[0]
-        both = torch.cat([view_a, view_b])
+        n, both = self.joint(view_a, view_b)
         z_s, z_d = net.local["head"](net.encode(both))
         with torch.no_grad():
             z_g = self.p_g(self.teacher.encode(both))  # type: ignore[operator]

@@ -24,7 +24,7 @@ selects per batch; the distribution is the same).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -33,8 +33,8 @@ from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.fedccrl import FedCCRLClient, FedCCRLParams, FedCCRLServer
-from fedpath.config import ConfigError
-from fedpath.losses import fedccrl_contrastive, js_divergence
+from fedpath.losses import js_divergence
+from fedpath.schema import Ge, Range
 from fedpath.stain import StatPool
 
 
@@ -42,18 +42,9 @@ from fedpath.stain import StatPool
 class FedAlignParams(FedCCRLParams):
     """FedCCRL's parameters plus selective transfer and the feature MSE weight."""
 
-    lambda3: float = 0.1
-    clusters: int = 7
-    selected_fraction: float = 0.5
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.lambda3 < 0 or self.clusters < 1 or not 0 < self.selected_fraction <= 1:
-            raise ConfigError(
-                "config keys 'algorithm.params.lambda3' (>= 0), 'clusters' (>= 1), "
-                f"'selected_fraction' (in (0, 1]): got {self.lambda3}, "
-                f"{self.clusters}, {self.selected_fraction}"
-            )
+    lambda3: Annotated[float, Ge(0)] = 0.1
+    clusters: Annotated[int, Ge(1)] = 7
+    selected_fraction: Annotated[float, Range(0, 1, lo_open=True)] = 0.5
 
 
 def selective_transfer(
@@ -106,28 +97,23 @@ class FedAlignClient(FedCCRLClient):
             torch.from_numpy(stats[keep]), space="rgb", kind="mean_std"
         )
 
+    def views(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """``[x, v1, v2]`` chained: ``v1 = AugMix(MixStyle(x))``, ``v2`` of ``v1``."""
+        v1 = self.augment(x)
+        return [x, v1, self.augment(v1)]
+
     def loss(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> dict[str, Any]:
         p = self.params
-        with torch.no_grad():
-            v1 = self.augment(x)
-            v2_ = self.augment(v1)
-        b = x.shape[0]
-        z = model.encode(torch.cat([x, v1, v2_]))  # type: ignore[operator]
-        logits = model.classifier(z)  # type: ignore[operator]
-        zs, ls = z.split(b), logits.split(b)
-        ce = sum(self.ctx.cross_entropy(lv, y) for lv in ls)
-        ra = 0.5 * (
-            fedccrl_contrastive(zs[0], zs[1], y, p.temperature)
-            + fedccrl_contrastive(zs[0], zs[2], y, p.temperature)
-        )
+        out, ce, ra = self.aligned_forward(model, x, y)
+        zs = out.zs
         mse = 0.5 * (F.mse_loss(zs[1], zs[0]) + F.mse_loss(zs[2], zs[0]))
-        js = js_divergence(list(ls))
+        js = js_divergence(list(out.ls))
         total = ce + p.lambda1 * ra + p.lambda2 * js + p.lambda3 * mse
         return {
             "loss": total,
-            "cls": torch.as_tensor(ce).detach(),
+            "cls": ce.detach(),
             "ra": ra.detach(),
             "js": js.detach(),
             "mse": mse.detach(),

@@ -24,11 +24,8 @@ from fedpath.algorithms.base import (
     register_algorithm,
     weighted_mean_scalars,
 )
-from fedpath.runtime.local import train_local
+from fedpath.algorithms.names import FIT, LOCAL, WEIGHTS
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
-
-WEIGHTS = "weights"
-LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -65,22 +62,13 @@ class WeightsClient(ClientAlgorithm):
         return {}
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
-        if stage != "fit":
+        if stage != FIT:
             raise ProtocolError(f"{type(self).__name__} has no stage {stage!r}")
-        model = self.ctx.build_model().to(self.ctx.device)
+        ctx = self.ctx
+        model = ctx.build_model().to(ctx.device)
         self.load(model, payload.group(WEIGHTS), state)
         self.begin(model, payload, state)
-        torch.manual_seed(self.ctx.seed_for("torch"))
-        scalars = train_local(
-            model,
-            self.ctx.data,
-            self.ctx.train,
-            self.loss,
-            round_idx=self.ctx.round,
-            seed=self.ctx.seed_for("shuffle"),
-            device=self.ctx.device,
-            on_epoch=self.ctx.on_epoch,
-        )
+        scalars = ctx.fit_images(model, self.loss)
         weights = as_numpy_dict(model.state_dict())
         keep = self.local_keys(model) | self.private_keys(model)
         if keep:
@@ -120,7 +108,7 @@ class FedAvgServer(ServerAlgorithm):
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
-        if stage != "fit":
+        if stage != FIT:
             raise ProtocolError(f"{type(self).__name__} has no stage {stage!r}")
         return {
             c: Payload({WEIGHTS: self.broadcast_weights(c)}, {"round": rnd})

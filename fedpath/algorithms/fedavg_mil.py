@@ -1,21 +1,23 @@
 """FedAvg and FedProx on a homogeneous MIL model (FedHD's parameter-sharing baselines).
 
 Every client trains the configured ``model.backbone`` (one architecture for all:
-averaging needs it) on its real slides for ``epochs`` per round; the server
+averaging needs it) on its real slides for ``train.local_epochs`` per round; the server
 averages the weights by slide count. FedProx adds (mu/2)||w - w_global||^2.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from fedpath.algorithms.base import ClientAlgorithm, ProtocolError, register_algorithm
 from fedpath.algorithms.fedavg import WEIGHTS, FedAvgServer
 from fedpath.algorithms.mil_common import MILTrainParams, real_bags, train_bags
-from fedpath.config import ConfigError
+from fedpath.losses import proximal_term, snapshot_parameters
+from fedpath.mil.models import MILModel
+from fedpath.schema import Ge, require
 from fedpath.types import ClientState, Payload, as_numpy_dict
 
 
@@ -23,27 +25,27 @@ from fedpath.types import ClientState, Payload, as_numpy_dict
 class FedAvgMILParams(MILTrainParams):
     """``mu``: FedProx's proximal weight (0: FedAvg)."""
 
-    mu: float = 0.0
+    mu: Annotated[float, Ge(0)] = 0.0
     bn_buffers: Literal["average", "pooled"] = "average"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.models:
-            raise ConfigError(
-                "config key 'algorithm.params.models': weight averaging needs one "
-                "architecture for every client (set model.backbone instead)"
-            )
-        if self.mu < 0:
-            raise ConfigError(
-                f"config key 'algorithm.params.mu': expected a number >= 0, got "
-                f"{self.mu}"
-            )
+    def validate(self) -> None:
+        super().validate()
+        require(
+            not self.models,
+            "models",
+            "no per-client architectures: weight averaging needs one architecture "
+            "for every client (set model.backbone instead)",
+            self.models,
+        )
 
 
-class FedAvgMILClient(ClientAlgorithm):
+class FedAvgMILClient(ClientAlgorithm[FedAvgMILParams]):
     """Load the global MIL weights, train on real slides, upload the weights."""
 
-    params: FedAvgMILParams
+    def deployed_model(self, payload: Payload, state: ClientState) -> MILModel:
+        model = super().deployed_model(payload, state)
+        assert isinstance(model, MILModel)
+        return model
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
         if stage != "fit":
@@ -51,27 +53,12 @@ class FedAvgMILClient(ClientAlgorithm):
         p, ctx = self.params, self.ctx
         real = real_bags(ctx)
         model = self.deployed_model(payload, state)
-        anchor = [q.detach().clone() for q in model.parameters()]
+        anchor = snapshot_parameters(model.parameters())
 
         def proximal() -> torch.Tensor:
-            return (
-                0.5
-                * p.mu
-                * sum(  # type: ignore[return-value]
-                    ((q - a) ** 2).sum()
-                    for q, a in zip(model.parameters(), anchor, strict=True)
-                )
-            )
+            return proximal_term(model.parameters(), anchor, p.mu).penalty
 
-        scalars = train_bags(
-            ctx,
-            model,  # type: ignore[arg-type]
-            real,
-            epochs=p.epochs or ctx.train.local_epochs,
-            lr=p.lr,
-            weight_decay=p.weight_decay,
-            penalty=proximal if p.mu > 0 else None,
-        )
+        scalars = train_bags(ctx, model, real, penalty=proximal if p.mu > 0 else None)
         return Payload(
             {WEIGHTS: as_numpy_dict(model.state_dict())},
             {"num_examples": len(real), **scalars},

@@ -10,15 +10,15 @@ identifies it with FedAD at gamma = 0 and lambda = 0 but with an aggregated head
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import torch
 from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLParams, SSLServer
-from fedpath.config import ConfigError
 from fedpath.losses import nt_xent
+from fedpath.schema import Ge
 from fedpath.ssl.heads import ProjectionHead
 
 
@@ -26,15 +26,7 @@ from fedpath.ssl.heads import ProjectionHead
 class FedAvgSSLParams(SSLParams):
     """proj_dim: output of the projection head (SimCLR: 128)."""
 
-    proj_dim: int = 128
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.proj_dim < 1:
-            raise ConfigError(
-                "config key 'algorithm.params.proj_dim': expected an integer >= 1, "
-                f"got {self.proj_dim!r}"
-            )
+    proj_dim: Annotated[int, Ge(1)] = 128
 
 
 class SimCLRClient(SSLClient):
@@ -55,8 +47,8 @@ class SimCLRClient(SSLClient):
         self, net: SSLNet, view_a: torch.Tensor, view_b: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(NT-Xent, h of both views, z of both views) in one forward pass."""
-        n = view_a.shape[0]
-        h, z = self.project(net, torch.cat([view_a, view_b]))
+        n, both = self.joint(view_a, view_b)
+        h, z = self.project(net, both)
         return nt_xent(z[:n], z[n:], self.params.temperature), h, z
 
     def ssl_loss(

@@ -21,6 +21,7 @@ from torch import nn
 
 from fedpath.algorithms.base import ServerContext, register_algorithm
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
+from fedpath.config import ConfigError
 from fedpath.models.backbones import NORM_TYPES, keys_of_modules
 from fedpath.types import ArrayDict
 
@@ -44,6 +45,19 @@ class FedBNServer(FedAvgServer):
 
     def __init__(self, params: FedBNParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
+        train = ctx.task.train
+        if train.trainable == "classifier" or train.bn == "frozen":
+            key, value = (
+                ("train.trainable", train.trainable)
+                if train.trainable == "classifier"
+                else ("train.bn", train.bn)
+            )
+            raise ConfigError(
+                f"config key {key!r}: {value!r} keeps the normalization layers "
+                "fixed, but fedbn's point is to train them locally; use "
+                "algorithm.name=fedavg, or train them (train.trainable: all or "
+                "last_stages, train.bn: train)"
+            )
         self.norm_keys = keys_of_modules(ctx.build_model(), NORM_TYPES)
 
     def broadcast_weights(self, client: str) -> ArrayDict:

@@ -24,45 +24,33 @@ released code casts out-of-range values unsafely); a fresh optimizer each round
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.base import AlgorithmParams, register_algorithm
 from fedpath.algorithms.stats_exchange import StatsExchangeClient, StatsExchangeServer
-from fedpath.config import ConfigError
+from fedpath.algorithms.views import ViewOutputs, forward_views
 from fedpath.losses import fedccrl_contrastive, js_divergence
+from fedpath.schema import Ge, Gt, Probability
 from fedpath.stain import StatPool, augmix, image_statistics, mixstyle
 from fedpath.types import ArrayDict
 
 
 @dataclass(frozen=True)
-class FedCCRLParams:
+class FedCCRLParams(AlgorithmParams):
     """FedCCRL defaults from its released code (lambda1 = lambda2 = 0.1, t = 0.1)."""
 
-    upload_ratio: float = 0.1
+    upload_ratio: Annotated[float, Probability] = 0.1
     refresh: Literal["round", "once"] = "round"
-    mixstyle_alpha: float = 0.1
-    lambda1: float = 0.1  # representation alignment (contrastive)
-    lambda2: float = 0.1  # prediction alignment (JS)
-    temperature: float = 0.1
+    mixstyle_alpha: Annotated[float, Gt(0)] = 0.1
+    lambda1: Annotated[float, Ge(0)] = 0.1  # representation alignment (contrastive)
+    lambda2: Annotated[float, Ge(0)] = 0.1  # prediction alignment (JS)
+    temperature: Annotated[float, Gt(0)] = 0.1
     augmix: Literal["torchvision", "geometric"] = "torchvision"
     empty_pool: Literal["own", "error"] = "own"
     bn_buffers: Literal["average", "pooled"] = "average"
-
-    def __post_init__(self) -> None:
-        for key, value, ok in (
-            ("upload_ratio", self.upload_ratio, 0 <= self.upload_ratio <= 1),
-            ("mixstyle_alpha", self.mixstyle_alpha, self.mixstyle_alpha > 0),
-            ("lambda1", self.lambda1, self.lambda1 >= 0),
-            ("lambda2", self.lambda2, self.lambda2 >= 0),
-            ("temperature", self.temperature, self.temperature > 0),
-        ):
-            if not ok:
-                raise ConfigError(
-                    f"config key 'algorithm.params.{key}': invalid value {value!r}"
-                )
 
     def stat_layout(self) -> dict[str, tuple[int, int]]:
         return {"mean_std": (3, 2)}
@@ -93,30 +81,38 @@ class FedCCRLClient(StatsExchangeClient):
         as_uint8 = styled.clamp(0, 1).mul(255).round().to(torch.uint8)
         return self._augmix(as_uint8).float().div_(255.0)
 
+    def views(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """``[x, v1, v2]``: two independent views ``AugMix(MixStyle(x))``."""
+        return [x, self.augment(x), self.augment(x)]
+
+    def aligned_forward(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[ViewOutputs, torch.Tensor, torch.Tensor]:
+        """The three versions through the network, ``CE(x) + CE(v1) + CE(v2)``
+        and the representation alignment ``mean_k S(f(v_k), f(x))``.
+
+        Shared with FedAlign, which chains its views and adds a feature MSE.
+        """
+        with torch.no_grad():
+            views = self.views(x)
+        out = forward_views(model, views)
+        zs, t = out.zs, self.params.temperature
+        # summed, as released; train.class_weights applies as for every method
+        ce = torch.as_tensor(sum(self.ctx.cross_entropy(lv, y) for lv in out.ls))
+        ra = 0.5 * (
+            fedccrl_contrastive(zs[0], zs[1], y, t)
+            + fedccrl_contrastive(zs[0], zs[2], y, t)
+        )
+        return out, ce, ra
+
     def loss(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> dict[str, Any]:
         p = self.params
-        with torch.no_grad():
-            v1, v2_ = self.augment(x), self.augment(x)
-        b = x.shape[0]
-        z = model.encode(torch.cat([x, v1, v2_]))  # type: ignore[operator]
-        logits = model.classifier(z)  # type: ignore[operator]
-        zs, ls = z.split(b), logits.split(b)
-        # summed, as released; train.class_weights applies as for every method
-        ce = sum(self.ctx.cross_entropy(lv, y) for lv in ls)
-        ra = 0.5 * (
-            fedccrl_contrastive(zs[0], zs[1], y, p.temperature)
-            + fedccrl_contrastive(zs[0], zs[2], y, p.temperature)
-        )
-        js = js_divergence(list(ls))
+        out, ce, ra = self.aligned_forward(model, x, y)
+        js = js_divergence(list(out.ls))
         total = ce + p.lambda1 * ra + p.lambda2 * js
-        return {
-            "loss": total,
-            "cls": torch.as_tensor(ce).detach(),
-            "ra": ra.detach(),
-            "js": js.detach(),
-        }
+        return {"loss": total, "cls": ce.detach(), "ra": ra.detach(), "js": js.detach()}
 
 
 class FedCCRLServer(StatsExchangeServer):

@@ -19,7 +19,7 @@ paper uses it as a classification baseline without saying how. Here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
@@ -28,8 +28,8 @@ from torch import nn
 from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams
 from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLServer
-from fedpath.config import ConfigError
 from fedpath.losses import nt_xent
+from fedpath.schema import Ge
 from fedpath.ssl.heads import ProjectionHead
 
 
@@ -37,21 +37,8 @@ from fedpath.ssl.heads import ProjectionHead
 class FedDisParams(FedAvgSSLParams):
     """recon_weight: weight of the reconstruction term; recon_size: its resolution."""
 
-    recon_weight: float = 1.0
-    recon_size: int = 8
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.recon_weight < 0:
-            raise ConfigError(
-                "config key 'algorithm.params.recon_weight': expected a number >= 0, "
-                f"got {self.recon_weight!r}"
-            )
-        if self.recon_size < 1:
-            raise ConfigError(
-                "config key 'algorithm.params.recon_size': expected an integer >= 1, "
-                f"got {self.recon_size!r}"
-            )
+    recon_weight: Annotated[float, Ge(0)] = 1.0
+    recon_size: Annotated[int, Ge(1)] = 8
 
 
 class FedDisClient(SSLClient):
@@ -75,8 +62,7 @@ class FedDisClient(SSLClient):
         self, net: SSLNet, view_a: torch.Tensor, view_b: torch.Tensor, x: torch.Tensor
     ) -> dict[str, Any]:
         p = self.params
-        n = view_a.shape[0]
-        both = torch.cat([view_a, view_b])
+        n, both = self.joint(view_a, view_b)
         h = net.encode(both)
         z_inv, z_spec = net.shared["inv"](h), net.local["spec"](h)
         cl = nt_xent(z_inv[:n], z_inv[n:], p.temperature)

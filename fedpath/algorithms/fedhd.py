@@ -12,7 +12,7 @@ Round 1 has two stages and no model parameters cross the network:
 2. ``fit``: each client receives the synthetic slides of every *other* client and
    trains its own MIL model (any registered architecture, chosen per client in
    ``models``) with the curriculum :math:`\mathcal L = \mathcal L_{real} +
-   \mathcal L_{GCE}\,\mathbb 1(t \ge t_0)` (:func:`fedpath.mil.train.train_mil`).
+   \mathcal L_{GCE}\,\mathbb 1(t \ge t_0)` (:func:`fedpath.tasks.bags.fit_bags`).
 
 Later rounds (if ``train.rounds > 1``) continue local training with the same
 synthetic slides. Each client keeps and deploys its own model, so runs use
@@ -26,16 +26,19 @@ Gaussian), ``mode: mean`` (FedWSIDD-style mean matching, the baseline),
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Annotated, Literal
 
 import numpy as np
+import torch.nn.functional as F
+from torch import Tensor
 
 from fedpath.algorithms.base import (
     ProtocolError,
     ServerAlgorithm,
     ServerContext,
     register_algorithm,
+    round_only,
     weighted_mean_scalars,
 )
 from fedpath.algorithms.mil_common import (
@@ -50,18 +53,19 @@ from fedpath.algorithms.mil_common import (
     real_bags,
     train_bags,
 )
+from fedpath.algorithms.names import DISTILL, FIT, POOL, RECEIVED, SYNTHETIC
 from fedpath.config import ConfigError
-from fedpath.mil.distill import compress_slides, distill_slides
+from fedpath.losses import generalized_cross_entropy
+from fedpath.mil.distill import DistillOptions, compress_slides, distill_slides
+from fedpath.schema import Ge, Range
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
-
-SYNTHETIC = "synthetic"
-RECEIVED = "received"
 
 
 @dataclass(frozen=True)
 class FedHDParams(MILTrainParams):
     """FedHD's knobs; defaults are the paper's (M=16, T=1000, 1000 iterations,
-    50 epochs with t0=30, GCE q=0.7).
+    t0=30 of its 50 local epochs, GCE q=0.7). Local training is ``train.*``
+    (the paper: Adam, lr 2e-4, weight decay 1e-5, ``train.local_epochs: 50``).
 
     ``covariance``: ``full`` or ``diag`` component covariances; ``mode``: ``gmm``
     (FedHD), ``single`` (one Gaussian), ``mean`` (mean matching only);
@@ -70,39 +74,19 @@ class FedHDParams(MILTrainParams):
     fit its mixture (a seeded subsample; null = all).
     """
 
-    components: int = 16
+    components: Annotated[int, Ge(1)] = 16
     covariance: Literal["full", "diag"] = "full"
-    tokens: int = 1000
-    iters: int = 1000
+    tokens: Annotated[int, Ge(2)] = 1000
+    iters: Annotated[int, Ge(0)] = 1000
     distill_lr: float = 0.05
     mode: Literal["gmm", "single", "mean"] = "gmm"
     init: Literal["auto", "gmm", "random"] = "auto"
-    many_to_one: int = 0
-    t0: int = 30
+    many_to_one: Annotated[int, Ge(0)] = 0
+    t0: Annotated[int, Ge(0)] = 30
     curriculum: bool = True
     loss_synthetic: Literal["gce", "ce"] = "gce"
-    q: float = 0.7
+    q: Annotated[float, Range(0, 1, lo_open=True)] = 0.7
     too_few: Literal["error", "reduce"] = "error"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for key, value, low in (
-            ("components", self.components, 1),
-            ("tokens", self.tokens, 2),
-            ("iters", self.iters, 0),
-            ("many_to_one", self.many_to_one, 0),
-            ("t0", self.t0, 0),
-        ):
-            if value < low:
-                raise ConfigError(
-                    f"config key 'algorithm.params.{key}': expected an integer "
-                    f">= {low}, got {value}"
-                )
-        if not 0 < self.q <= 1:
-            raise ConfigError(
-                f"config key 'algorithm.params.q': expected a number in (0, 1], "
-                f"got {self.q}"
-            )
 
 
 class FedHDClient(OwnMILClient):
@@ -111,29 +95,37 @@ class FedHDClient(OwnMILClient):
     params: FedHDParams
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
-        if stage == "distill":
+        if stage == DISTILL:
             return self.distill()
-        if stage == "fit":
+        if stage == FIT:
             return self.fit(payload, state)
         raise ProtocolError(f"FedHD has no stage {stage!r}")
+
+    def synthetic_loss(self, logits: Tensor, label: Tensor) -> Tensor:
+        """The noise-robust generalised cross-entropy (1 - p_y^q)/q on the slide
+        logits of a synthetic slide (``loss_synthetic: ce``: the ablation)."""
+        if self.params.loss_synthetic == "gce":
+            return generalized_cross_entropy(logits, label, self.params.q)
+        return F.cross_entropy(logits, label)
 
     def distill(self) -> Payload:
         p, ctx = self.params, self.ctx
         real = real_bags(ctx)
         seed = ctx.seed_for("distill") % (2**31)
-        opts: dict[str, Any] = {
-            "components": 1 if p.mode != "gmm" else p.components,
-            "covariance": p.covariance,
-            "tokens": p.tokens,
-            "iters": p.iters,
-            "lr": p.distill_lr,
-            "mode": p.mode,
-            "seed": seed,
-        }
-        if p.many_to_one:
-            synthetic = compress_slides(real, p.many_to_one, **opts)
+        opts = DistillOptions(
+            components=1 if p.mode != "gmm" else p.components,
+            covariance=p.covariance,
+            tokens=p.tokens,
+            iters=p.iters,
+            lr=p.distill_lr,
+            mode=p.mode,
+        )
+        if p.many_to_one:  # starts from init "auto" whatever p.init says
+            synthetic = compress_slides(real, p.many_to_one, opts, seed=seed)
         else:
-            synthetic = distill_slides(real, init=p.init, too_few=p.too_few, **opts)
+            synthetic = distill_slides(
+                real, replace(opts, init=p.init), seed=seed, too_few=p.too_few
+            )
         space, dim = embedding_space(ctx)
         return Payload(
             {SYNTHETIC: bags_to_arrays(synthetic)},
@@ -151,28 +143,22 @@ class FedHDClient(OwnMILClient):
             else []
         )
         model = own_model(ctx, state, p)
-        epochs = p.epochs or ctx.train.local_epochs
+        epochs = ctx.train.local_epochs
         if p.curriculum and others and p.t0 >= epochs * ctx.train.rounds:
             raise ConfigError(
                 f"config key 'algorithm.params.t0': {p.t0} is not below the "
                 f"{epochs * ctx.train.rounds} local epochs, so the synthetic slides "
-                "would never be used; lower t0 or raise algorithm.params.epochs"
+                "would never be used; lower t0 or raise train.local_epochs"
             )
         # the curriculum counts epochs across rounds
         done = int(state.scalars.get("epochs_done", 0))
-        t0 = max(0, p.t0 - done)
         scalars = train_bags(
             ctx,
             model,
             real,
             others,
-            epochs=epochs,
-            lr=p.lr,
-            weight_decay=p.weight_decay,
-            t0=t0,
-            curriculum=p.curriculum,
-            loss_synthetic=p.loss_synthetic,
-            q=p.q,
+            synthetic_from=max(0, p.t0 - done) if p.curriculum else 0,
+            synthetic_loss=self.synthetic_loss,
         )
         state.scalars["epochs_done"] = done + epochs
         keep_model(state, model, architecture(ctx, p.models) or "")
@@ -189,17 +175,17 @@ class FedHDServer(ServerAlgorithm):
         self.pool: dict[str, ArrayDict] = {}
 
     def stages(self, rnd: int) -> Sequence[str]:
-        return ("distill", "fit") if rnd == 1 else ("fit",)
+        return (DISTILL, FIT) if rnd == 1 else (FIT,)
 
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
-        if stage == "distill":
-            return {c: Payload({}, {"round": rnd}) for c in clients}
-        if stage != "fit":
+        if stage == DISTILL:
+            return round_only(clients, rnd)
+        if stage != FIT:
             raise ProtocolError(f"FedHD has no stage {stage!r}")
         if rnd > 1:  # clients kept what they received in round 1
-            return {c: Payload({}, {"round": rnd}) for c in clients}
+            return round_only(clients, rnd)
         return {
             c: Payload({RECEIVED: self._others(c)}, {"round": rnd}) for c in clients
         }
@@ -217,7 +203,7 @@ class FedHDServer(ServerAlgorithm):
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
     ) -> dict[str, Scalar]:
-        if stage == "fit":
+        if stage == FIT:
             return weighted_mean_scalars(replies)
         spaces = {
             c: (str(r.scalars["embedding_space"]), int(r.scalars["dim"]))
@@ -236,14 +222,41 @@ class FedHDServer(ServerAlgorithm):
         return {"synthetic_slides": n, "synthetic_bytes": nbytes}
 
     def state(self) -> Payload:
-        return Payload({f"pool/{c}": a for c, a in self.pool.items()})
+        """The pool as one group: every client's slides stacked in client order,
+        ``owner`` (per slide) the position of its client in the run's client ids
+        (no client id inside a key)."""
+        ids = self.ctx.client_ids
+        owners = [c for c in ids if c in self.pool]
+        if not owners:
+            return Payload()
+        stacked = {
+            k: np.concatenate([self.pool[c][k] for c in owners])
+            for k in ("features", "sizes", "labels")
+        }
+        stacked["owner"] = np.concatenate(
+            [
+                np.full(len(self.pool[c]["sizes"]), ids.index(c), np.int64)
+                for c in owners
+            ]
+        )
+        return Payload({POOL: stacked})
 
     def load_state(self, state: Payload) -> None:
-        self.pool = {
-            k.split("/", 1)[1]: dict(v)
-            for k, v in state.arrays.items()
-            if k.startswith("pool/")
-        }
+        self.pool = {}
+        if POOL not in state.arrays:
+            return
+        group = state.arrays[POOL]
+        owner, sizes = group["owner"], group["sizes"]
+        row = 0
+        for i in dict.fromkeys(owner.tolist()):  # client order, as saved
+            mine = owner == i
+            n = int(sizes[mine].sum())
+            self.pool[self.ctx.client_ids[i]] = {
+                "features": group["features"][row : row + n],
+                "sizes": sizes[mine],
+                "labels": group["labels"][mine],
+            }
+            row += n
 
 
 register_algorithm(

@@ -7,51 +7,41 @@ the weights received at the start of the round. The server is FedAvg's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.base import AlgorithmParams, register_algorithm
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
-from fedpath.config import ConfigError
+from fedpath.losses import proximal_term, snapshot_parameters
+from fedpath.schema import Ge
 from fedpath.types import ClientState, Payload
 
 
 @dataclass(frozen=True)
-class FedProxParams:
+class FedProxParams(AlgorithmParams):
     """mu: weight of the proximal term (FedProx paper grid: 0.001-1)."""
 
-    mu: float = 0.01
+    mu: Annotated[float, Ge(0)] = 0.01
     bn_buffers: Literal["average", "pooled"] = "average"
-
-    def __post_init__(self) -> None:
-        if self.mu < 0:
-            raise ConfigError(
-                "config key 'algorithm.params.mu': expected a number >= 0, "
-                f"got {self.mu}"
-            )
 
 
 class FedProxClient(WeightsClient):
     """FedProx: CE + (mu/2)||w - w_global||^2."""
 
     def begin(self, model: nn.Module, payload: Payload, state: ClientState) -> None:
-        self.anchor = [p.detach().clone() for p in model.parameters()]
+        self.anchor = snapshot_parameters(model.parameters())
 
     def loss(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> dict[str, Any]:
         out = super().loss(model, x, y)
-        prox = sum(
-            ((p - a) ** 2).sum()
-            for p, a in zip(model.parameters(), self.anchor, strict=True)
-        )
-        prox_t = torch.as_tensor(prox)
+        prox = proximal_term(model.parameters(), self.anchor, self.params.mu)
         return {
-            "loss": out["loss"] + 0.5 * self.params.mu * prox_t,
+            "loss": out["loss"] + prox.penalty,
             "ce": out["loss"].detach(),
-            "prox": prox_t.detach(),
+            "prox": prox.distance.detach(),
         }
 
 

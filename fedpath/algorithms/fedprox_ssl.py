@@ -8,14 +8,15 @@ weights received at the start of the round. Aggregation as FedAvg-SSL.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
 from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
 from fedpath.algorithms.ssl_common import SSLNet
-from fedpath.config import ConfigError
+from fedpath.losses import proximal_term, snapshot_parameters
+from fedpath.schema import Ge
 from fedpath.types import ClientState, Payload
 
 
@@ -23,15 +24,7 @@ from fedpath.types import ClientState, Payload
 class FedProxSSLParams(FedAvgSSLParams):
     """mu: weight of the proximal term (FedProx grid 0.001-1)."""
 
-    mu: float = 0.01
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.mu < 0:
-            raise ConfigError(
-                "config key 'algorithm.params.mu': expected a number >= 0, "
-                f"got {self.mu}"
-            )
+    mu: Annotated[float, Ge(0)] = 0.01
 
 
 class FedProxSSLClient(SimCLRClient):
@@ -41,22 +34,17 @@ class FedProxSSLClient(SimCLRClient):
 
     def begin(self, net: SSLNet, payload: Payload, state: ClientState) -> None:
         self.anchored = [*net.model.encoder.parameters(), *net.shared.parameters()]
-        self.anchor = [p.detach().clone() for p in self.anchored]
+        self.anchor = snapshot_parameters(self.anchored)
 
     def ssl_loss(
         self, net: SSLNet, view_a: torch.Tensor, view_b: torch.Tensor, x: torch.Tensor
     ) -> dict[str, Any]:
         cl, _, _ = self.simclr(net, view_a, view_b)
-        prox = torch.stack(
-            [
-                ((p - a) ** 2).sum()
-                for p, a in zip(self.anchored, self.anchor, strict=True)
-            ]
-        ).sum()
+        prox = proximal_term(self.anchored, self.anchor, self.params.mu, stacked=True)
         return {
-            "loss": cl + 0.5 * self.params.mu * prox,
+            "loss": cl + prox.penalty,
             "cl": cl.detach(),
-            "prox": prox.detach(),
+            "prox": prox.distance.detach(),
         }
 
 

@@ -34,16 +34,18 @@ second array), and ``randstain``, ``higher_order``, ``augmix``, ``mixstyle``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.base import AlgorithmParams, register_algorithm
 from fedpath.algorithms.stats_exchange import StatsExchangeClient, StatsExchangeServer
-from fedpath.config import ConfigError
+from fedpath.algorithms.views import forward_views
 from fedpath.losses import js_divergence, paired_supcon
+from fedpath.schema import Ge, Gt, Probability, require
 from fedpath.stain import (
+    ShapeFit,
     StatPool,
     augmix,
     image_statistics,
@@ -58,23 +60,16 @@ StatChoice = Literal[
 ]
 
 
-def _check(ok: bool, key: str, expected: str, got: object) -> None:
-    if not ok:
-        raise ConfigError(
-            f"config key 'algorithm.params.{key}': expected {expected}, got {got!r}"
-        )
-
-
 @dataclass(frozen=True)
-class FedStainParams:
+class FedStainParams(AlgorithmParams):
     """FedStain hyper-parameters (paper defaults where it gives them)."""
 
-    upload_ratio: float = 0.1  # r (Tables III-IV)
+    upload_ratio: Annotated[float, Probability] = 0.1  # r (Tables III-IV)
     refresh: Literal["round", "once"] = "round"
     space: Literal["rgb", "lab", "hed"] = "lab"  # RandStainNA works in LAB
     statistics: StatChoice = "moments"
     randstain: bool = True
-    randstain_p: float = 0.9  # Sec. V-B
+    randstain_p: Annotated[float, Probability] = 0.9  # Sec. V-B
     randstain_sampling: Literal["fitted", "direct"] = "fitted"
     randstain_reading: Literal["sound", "paper"] = "sound"
     higher_order: bool = True
@@ -82,57 +77,24 @@ class FedStainParams:
     # iterations on a subsample of shape_fit_pixels pixels, then shape_refine
     # full-resolution steps. An augmentation needs the moments moved toward the
     # target, not hit to 1e-5; this keeps the step a few ms per batch.
-    shape_iters: int = 3
-    shape_fit_pixels: int = 512
-    shape_refine: int = 0
+    shape_iters: Annotated[int, Ge(1)] = 3
+    shape_fit_pixels: Annotated[int, Ge(16)] = 512
+    shape_refine: Annotated[int, Ge(0)] = 0
     augmix: bool = True
     augmix_width: int = 3
     augmix_severity: int = 3
     mixstyle: bool = True
     mixstyle_mode: Literal["sound", "paper"] = "sound"
-    mixstyle_alpha: float = 0.1
-    alpha: float = 0.1  # weight of L_RA (grid-searched in the paper)
-    beta: float = 0.1  # weight of L_JS
-    temperature: float = 0.1  # Sec. V-B
+    mixstyle_alpha: Annotated[float, Gt(0)] = 0.1
+    alpha: Annotated[float, Ge(0)] = 0.1  # weight of L_RA (grid-searched in the paper)
+    beta: Annotated[float, Ge(0)] = 0.1  # weight of L_JS
+    temperature: Annotated[float, Gt(0)] = 0.1  # Sec. V-B
     cls_on: Literal["all", "original"] = "all"
     empty_pool: Literal["own", "error"] = "own"
     bn_buffers: Literal["average", "pooled"] = "average"
 
-    def __post_init__(self) -> None:
-        _check(
-            0 <= self.upload_ratio <= 1,
-            "upload_ratio",
-            "a number in [0, 1]",
-            self.upload_ratio,
-        )
-        _check(
-            0 <= self.randstain_p <= 1,
-            "randstain_p",
-            "a number in [0, 1]",
-            self.randstain_p,
-        )
-        _check(
-            self.mixstyle_alpha > 0,
-            "mixstyle_alpha",
-            "a number > 0",
-            self.mixstyle_alpha,
-        )
-        _check(self.alpha >= 0, "alpha", "a number >= 0", self.alpha)
-        _check(self.beta >= 0, "beta", "a number >= 0", self.beta)
-        _check(self.temperature > 0, "temperature", "a number > 0", self.temperature)
-        _check(
-            self.shape_iters >= 1, "shape_iters", "an integer >= 1", self.shape_iters
-        )
-        _check(
-            self.shape_fit_pixels >= 16,
-            "shape_fit_pixels",
-            "an integer >= 16",
-            self.shape_fit_pixels,
-        )
-        _check(
-            self.shape_refine >= 0, "shape_refine", "an integer >= 0", self.shape_refine
-        )
-        _check(
+    def validate(self) -> None:
+        require(
             self.mixstyle_mode == "sound"
             or self.statistics in ("moments", "skew_kurt"),
             "statistics",
@@ -171,13 +133,9 @@ class FedStainClient(StatsExchangeClient):
             pair = torch.from_numpy(self.pool["pair"])
             self.ms_pool = StatPool(pair, space=p.space, kind=p.statistics)
 
-    def shape_budget(self) -> dict[str, Any]:
+    def shape_fit(self) -> ShapeFit:
         p = self.params
-        return {
-            "iters": p.shape_iters,
-            "max_fit_pixels": p.shape_fit_pixels,
-            "refine_iters": p.shape_refine,
-        }
+        return ShapeFit(p.shape_iters, p.shape_fit_pixels, p.shape_refine)
 
     def views(self, x: torch.Tensor) -> list[torch.Tensor]:
         """[X, X_stain?, X1, X2] for one batch (Algorithm 2, lines 14-16)."""
@@ -193,7 +151,7 @@ class FedStainClient(StatsExchangeClient):
                     mode=p.randstain_sampling,
                     higher_order=p.higher_order,
                     reading=p.randstain_reading,
-                    **self.shape_budget(),
+                    shape_fit=self.shape_fit(),
                 )
             )
         for _ in range(2):
@@ -209,7 +167,7 @@ class FedStainClient(StatsExchangeClient):
                     g,
                     alpha=p.mixstyle_alpha,
                     mode=p.mixstyle_mode,
-                    **self.shape_budget(),
+                    shape_fit=self.shape_fit(),
                 )
             out.append(v)
         return out
@@ -220,10 +178,8 @@ class FedStainClient(StatsExchangeClient):
         p = self.params
         with torch.no_grad():
             versions = self.views(x)
-        m, b = len(versions), x.shape[0]
-        z = model.encode(torch.cat(versions))  # type: ignore[operator]
-        logits = model.classifier(z)  # type: ignore[operator]
-        zs, ls = z.split(b), logits.split(b)
+        out = forward_views(model, versions)
+        m, logits, zs, ls = len(versions), out.logits, out.zs, out.ls
         if p.cls_on == "all":
             l_cls = self.ctx.cross_entropy(logits, y.repeat(m))
         else:

@@ -12,6 +12,7 @@ from fedpath.algorithms.base import (
     ProtocolError,
     ServerAlgorithm,
     register_algorithm,
+    round_only,
     weighted_mean_scalars,
 )
 from fedpath.algorithms.mil_common import (
@@ -37,14 +38,7 @@ class LocalMILClient(OwnMILClient):
         p, ctx = self.params, self.ctx
         real = real_bags(ctx)
         model = own_model(ctx, state, p)
-        scalars = train_bags(
-            ctx,
-            model,
-            real,
-            epochs=p.epochs or ctx.train.local_epochs,
-            lr=p.lr,
-            weight_decay=p.weight_decay,
-        )
+        scalars = train_bags(ctx, model, real)
         keep_model(state, model, architecture(ctx, p.models) or "")
         return Payload({}, {"num_examples": len(real), **scalars})
 
@@ -55,7 +49,7 @@ class NoServer(ServerAlgorithm):
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
-        return {c: Payload({}, {"round": rnd}) for c in clients}
+        return round_only(clients, rnd)
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]

@@ -11,21 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedpath.algorithms.base import ClientAlgorithm, ClientContext, ProtocolError
+from fedpath.algorithms.base import (
+    AlgorithmParams,
+    ClientAlgorithm,
+    ClientContext,
+    ProtocolError,
+)
+from fedpath.algorithms.names import MODEL
 from fedpath.config import ConfigError
-from fedpath.data.bags import BagStore, split_bags
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, build_mil_model
-from fedpath.mil.train import train_mil
+from fedpath.schema import require
+from fedpath.tasks.bags import BagLoss
 from fedpath.types import ArrayDict, ClientState, Payload, as_numpy_dict
-
-MODEL = "model"
 
 
 def bags_to_arrays(bags: Sequence[SlideBag]) -> ArrayDict:
@@ -61,13 +65,7 @@ def arrays_to_bags(arrays: ArrayDict, domain: str, prefix: str) -> list[SlideBag
 
 def real_bags(ctx: ClientContext) -> list[SlideBag]:
     """The client's real training slides (a clear error on an image dataset)."""
-    if ctx.build_mil is None or not isinstance(ctx.data.store, BagStore):
-        raise ConfigError(
-            f"client {ctx.client_id}: this algorithm trains MIL models on slide "
-            "bags, but the dataset holds images (data.name: synthetic_bags, "
-            "clam_bags...)"
-        )
-    bags = split_bags(ctx.data)
+    bags = ctx.task.bags().slides(ctx.data)
     if not bags:
         raise ConfigError(f"client {ctx.client_id} has no training slides")
     return bags
@@ -75,41 +73,32 @@ def real_bags(ctx: ClientContext) -> list[SlideBag]:
 
 def embedding_space(ctx: ClientContext) -> tuple[str, int]:
     """(declared extractor space, dimension) of the client's bags."""
-    store = ctx.data.store
-    assert isinstance(store, BagStore)
-    return store.embedding_space, store.dim
+    task = ctx.task.bags()
+    return task.embedding_space, task.dim
 
 
 @dataclass(frozen=True)
-class MILTrainParams:
-    """Local MIL training (CLAM's defaults: Adam, lr 2e-4, weight decay 1e-5).
+class MILTrainParams(AlgorithmParams):
+    """Which MIL model each client trains (local training itself is ``train.*``).
 
-    ``epochs``: local epochs per round (``null``: ``train.local_epochs``);
     ``models``: architecture per client or domain (a key is a client id such as
     ``hospital_0/c0`` or a domain), default ``model.backbone`` with
     ``model.params``; ``model_params``: parameters per architecture name for the
     ones chosen in ``models`` (e.g. ``{transmil: {hidden: 64}}``).
     """
 
-    epochs: int | None = None
-    lr: float = 2e-4
-    weight_decay: float = 1e-5
     models: dict[str, str] = field(default_factory=dict)
     model_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         unused = sorted(set(self.model_params) - set(self.models.values()))
-        if unused:
-            raise ConfigError(
-                f"config key 'algorithm.params.model_params': {unused} are not "
-                f"architectures chosen in algorithm.params.models "
-                f"({sorted(set(self.models.values()))})"
-            )
-        if self.epochs is not None and self.epochs < 1:
-            raise ConfigError(
-                f"config key 'algorithm.params.epochs': expected an integer >= 1 or "
-                f"null, got {self.epochs}"
-            )
+        require(
+            not unused,
+            "model_params",
+            "parameters only for architectures chosen in algorithm.params.models "
+            f"({sorted(set(self.models.values()))})",
+            unused,
+        )
 
 
 def architecture(ctx: ClientContext, models: Mapping[str, str]) -> str | None:
@@ -119,14 +108,13 @@ def architecture(ctx: ClientContext, models: Mapping[str, str]) -> str | None:
 
 def own_model(ctx: ClientContext, state: ClientState, p: MILTrainParams) -> MILModel:
     """The client's MIL model: from its state if trained before, else fresh."""
-    assert ctx.build_mil is not None
+    task = ctx.task.bags()
     name = str(state.scalars.get("architecture", "")) or architecture(ctx, p.models)
     torch.manual_seed(ctx.seed_for("init"))
     if name is not None and name in p.model_params:
-        _, dim = embedding_space(ctx)
-        model = build_mil_model(name, dim, ctx.num_classes, p.model_params[name])
+        model = build_mil_model(name, task.dim, ctx.num_classes, p.model_params[name])
     else:
-        model = ctx.build_mil(name)
+        model = task.build_model(name)
     if MODEL in state.arrays:
         model.load_state_dict(
             {k: torch.from_numpy(v) for k, v in state.arrays[MODEL].items()}
@@ -139,46 +127,64 @@ def keep_model(state: ClientState, model: MILModel, name: str) -> None:
     state.scalars["architecture"] = name
 
 
+#: ``penalty() -> tensor`` added to every bag's loss (FedProx's proximal term)
+Penalty = Callable[[], Tensor]
+
+
+def bag_loss(
+    cross_entropy: Callable[[Tensor, Tensor], Tensor],
+    synthetic_loss: Callable[[Tensor, Tensor], Tensor] | None = None,
+    penalty: Penalty | None = None,
+) -> BagLoss:
+    """The MIL algorithms' loss: ``cross_entropy`` + the model's auxiliary loss on
+    real slides, ``synthetic_loss`` on the slide logits of synthetic ones (their
+    instances are not real patches), plus ``penalty`` on every bag."""
+
+    def loss(
+        model: MILModel, features: Tensor, label: Tensor, synthetic: bool
+    ) -> dict[str, Tensor]:
+        out = model(features, label)
+        terms: dict[str, Tensor]
+        if synthetic:
+            assert synthetic_loss is not None
+            value = synthetic_loss(out.logits, label)
+            terms = {"loss_synthetic": value.detach()}
+        else:
+            value = cross_entropy(out.logits, label) + out.aux_loss
+            terms = {"loss_real": value.detach(), "aux": out.aux_loss.detach()}
+        if penalty is not None:
+            pen = penalty()
+            terms["penalty"] = pen.detach()
+            value = value + pen
+        return {"loss": value, **terms}
+
+    return loss
+
+
 def train_bags(
     ctx: ClientContext,
     model: MILModel,
     real: Sequence[SlideBag],
     synthetic: Sequence[SlideBag] = (),
     *,
-    epochs: int,
-    lr: float,
-    weight_decay: float,
-    t0: int = 0,
-    curriculum: bool = False,
-    loss_synthetic: Literal["gce", "ce"] = "gce",
-    q: float = 0.7,
-    penalty: Callable[[], Tensor] | None = None,
+    synthetic_from: int = 0,
+    synthetic_loss: Callable[[Tensor, Tensor], Tensor] | None = None,
+    penalty: Penalty | None = None,
 ) -> dict[str, Any]:
-    """Train locally with progress; return the last epoch's scalars."""
-
-    def progress(epoch: int, _: dict[str, float]) -> None:
-        if ctx.on_epoch is not None:
-            ctx.on_epoch(epoch + 1, epochs)
-
-    hist = train_mil(
+    """Train locally with the slide-bag task's loop; the last epoch's scalars."""
+    return ctx.task.bags().fit(
         model,
         real,
-        synthetic,
-        epochs=epochs,
-        t0=t0,
-        lr=lr,
-        weight_decay=weight_decay,
-        loss_synthetic=loss_synthetic,
-        q=q,
-        curriculum=curriculum,
+        bag_loss(ctx.cross_entropy, synthetic_loss, penalty),
+        synthetic=synthetic,
+        synthetic_from=synthetic_from,
         seed=ctx.seed_for("mil"),
-        on_epoch=progress,
-        penalty=penalty,
+        round_idx=ctx.round,
+        on_epoch=ctx.on_epoch,
     )
-    return {k: float(v[-1]) for k, v in hist.items() if not np.isnan(v[-1])}
 
 
-class OwnMILClient(ClientAlgorithm):
+class OwnMILClient(ClientAlgorithm[MILTrainParams]):
     """A client that keeps and deploys its own MIL model (FedHD, local training)."""
 
     params: MILTrainParams

@@ -15,44 +15,31 @@ the two views. Encoder and projection head are aggregated (FedAvg).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
+from fedpath.algorithms.names import MOON_PREV
 from fedpath.algorithms.ssl_common import (
     SSLNet,
     encoder_entries,
     frozen_copy,
     load_entries,
 )
-from fedpath.config import ConfigError
 from fedpath.losses import moon_contrastive
+from fedpath.schema import Ge, Gt
 from fedpath.types import ClientState, Payload, as_numpy_dict
-
-PREV = "moon_prev"
 
 
 @dataclass(frozen=True)
 class MOONParams(FedAvgSSLParams):
     """mu = 1.0 and tau = 0.5 as in the FedAD paper / the MOON reference."""
 
-    mu: float = 1.0
-    moon_temperature: float = 0.5
+    mu: Annotated[float, Ge(0)] = 1.0
+    moon_temperature: Annotated[float, Gt(0)] = 0.5
     contrast_on: Literal["features", "projection"] = "features"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for key, ok in (
-            ("mu", self.mu >= 0),
-            ("moon_temperature", self.moon_temperature > 0),
-        ):
-            if not ok:
-                raise ConfigError(
-                    f"config key 'algorithm.params.{key}': expected a number "
-                    f"{'>= 0' if key == 'mu' else '> 0'}, got {getattr(self, key)!r}"
-                )
 
 
 class MOONClient(SimCLRClient):
@@ -63,10 +50,10 @@ class MOONClient(SimCLRClient):
     def begin(self, net: SSLNet, payload: Payload, state: ClientState) -> None:
         self.glob = frozen_copy(net)
         self.prev: SSLNet | None = None
-        if PREV in state.arrays:
+        if MOON_PREV in state.arrays:
             prev = frozen_copy(net)
             assert isinstance(prev, SSLNet)
-            saved = state.arrays[PREV]
+            saved = state.arrays[MOON_PREV]
             load_entries(
                 prev.model,
                 {k: v for k, v in saved.items() if k.startswith("encoder.")},
@@ -87,8 +74,7 @@ class MOONClient(SimCLRClient):
         self, net: SSLNet, view_a: torch.Tensor, view_b: torch.Tensor, x: torch.Tensor
     ) -> dict[str, Any]:
         p = self.params
-        n = view_a.shape[0]
-        both = torch.cat([view_a, view_b])
+        n, both = self.joint(view_a, view_b)
         cl, h, z = self.simclr(net, view_a, view_b)
         r = h if p.contrast_on == "features" else z
         with torch.no_grad():
@@ -110,7 +96,7 @@ class MOONClient(SimCLRClient):
         heads = {
             f"head.{k}": v for k, v in as_numpy_dict(net.shared.state_dict()).items()
         }
-        state.arrays[PREV] = {**encoder_entries(net.model), **heads}
+        state.arrays[MOON_PREV] = {**encoder_entries(net.model), **heads}
 
 
 class MOONServer(SimCLRServer):

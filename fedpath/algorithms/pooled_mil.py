@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from fedpath.algorithms.base import (
     ClientAlgorithm,
@@ -19,36 +20,36 @@ from fedpath.algorithms.base import (
     ServerContext,
     derive_seed,
     register_algorithm,
+    round_only,
 )
 from fedpath.algorithms.mil_common import (
     MILTrainParams,
     arrays_to_bags,
+    bag_loss,
     bags_to_arrays,
     real_bags,
 )
+from fedpath.algorithms.names import FIT, REAL_SLIDES, UPLOAD, WEIGHTS
 from fedpath.config import ConfigError
 from fedpath.mil.bags import SlideBag
-from fedpath.mil.train import train_mil
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
-REAL = "real_slides"
 
-
-class PooledMILClient(ClientAlgorithm):
+class PooledMILClient(ClientAlgorithm[MILTrainParams]):
     """Upload the real training slides (upper-bound baseline only)."""
 
     params: MILTrainParams
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
         real = real_bags(self.ctx)
-        if stage == "fit":  # later rounds: the coordinator trains, clients idle
+        if stage == FIT:  # later rounds: the coordinator trains, clients idle
             return Payload({}, {"num_examples": len(real)})
-        if stage != "upload":
+        if stage != UPLOAD:
             raise ProtocolError(f"pooled_mil has no stage {stage!r}")
-        return Payload({REAL: bags_to_arrays(real)}, {"num_examples": len(real)})
+        return Payload({REAL_SLIDES: bags_to_arrays(real)}, {"num_examples": len(real)})
 
 
-class PooledMILServer(ServerAlgorithm):
+class PooledMILServer(ServerAlgorithm[MILTrainParams]):
     """Train ``model.backbone`` on every client's real slides at the coordinator."""
 
     params: MILTrainParams
@@ -63,49 +64,50 @@ class PooledMILServer(ServerAlgorithm):
         self.slides: list[SlideBag] = []
 
     def stages(self, rnd: int) -> Sequence[str]:
-        return ("upload",) if rnd == 1 else ("fit",)
+        return (UPLOAD,) if rnd == 1 else (FIT,)
 
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
-        return {c: Payload({}, {"round": rnd}) for c in clients}
+        return round_only(clients, rnd)
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
     ) -> dict[str, Scalar]:
-        if stage == "upload":
+        if stage == UPLOAD:
             self.slides = [
                 b
                 for c in sorted(replies)
-                for b in arrays_to_bags(replies[c].group(REAL), c, c)
+                for b in arrays_to_bags(replies[c].group(REAL_SLIDES), c, c)
             ]
         return self._train(rnd)
 
     def _train(self, rnd: int) -> dict[str, Scalar]:
-        if self.ctx.build_mil is None:
-            raise ConfigError("pooled_mil needs a slide-bag dataset")
-        model = self.ctx.build_mil(None)
+        task = self.ctx.task.bags()
+        model = task.build_model()
         model.load_state_dict({k: torch.from_numpy(v) for k, v in self.weights.items()})
-        hist = train_mil(
+        # the coordinator's own training: plain (unweighted) cross-entropy
+        scalars = task.fit(
             model,
             self.slides,
-            epochs=self.params.epochs or self.ctx.local_epochs,
-            lr=self.params.lr,
-            weight_decay=self.params.weight_decay,
+            bag_loss(F.cross_entropy),
             seed=derive_seed(self.ctx.seed, rnd, "pooled") % (2**31),
+            round_idx=rnd,
         )
         self.weights = as_numpy_dict(model.state_dict())
-        return {"loss": hist["loss"][-1], "slides": len(self.slides)}
+        return {"loss": scalars["loss"], "slides": len(self.slides)}
 
     def global_weights(self) -> ArrayDict:
         return self.weights
 
     def state(self) -> Payload:
-        return Payload({"weights": self.weights, REAL: bags_to_arrays(self.slides)})
+        return Payload(
+            {WEIGHTS: self.weights, REAL_SLIDES: bags_to_arrays(self.slides)}
+        )
 
     def load_state(self, state: Payload) -> None:
-        self.weights = dict(state.group("weights"))
-        self.slides = arrays_to_bags(state.group(REAL), "pooled", "pooled")
+        self.weights = dict(state.group(WEIGHTS))
+        self.slides = arrays_to_bags(state.group(REAL_SLIDES), "pooled", "pooled")
 
 
 register_algorithm(

@@ -12,7 +12,7 @@ either aggregated (SimCLR's projection head in FedAvg-SSL) or kept at the client
   appear in a payload (asserted in the tests).
 
 Labels are never read: the loss sees the batch's images only. The local loop is
-:func:`fedpath.runtime.local.train_local` run on an :class:`SSLNet` (encoder +
+:meth:`fedpath.tasks.images.ImageTask.fit` run on an :class:`SSLNet` (encoder +
 heads), so the optimizer covers the heads too and only that loop steps.
 """
 
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
 from fedpath.algorithms.aggregation import weighted_average
 from fedpath.algorithms.base import (
+    AlgorithmParams,
     ClientAlgorithm,
     ProtocolError,
     ServerAlgorithm,
@@ -34,20 +35,18 @@ from fedpath.algorithms.base import (
     derive_seed,
     weighted_mean_scalars,
 )
+from fedpath.algorithms.names import FIT, LOCAL_HEADS, SHARED, WEIGHTS
 from fedpath.config import ConfigError
 from fedpath.models.backbones import FedModel
-from fedpath.runtime.local import train_local
+from fedpath.schema import Gt, Probability, Range
 from fedpath.ssl.augment import SimCLRAugment, simclr_augment
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
-WEIGHTS = "weights"
-SHARED = "shared"
-LOCAL_HEADS = "local_heads"
 ENCODER_PREFIX = "encoder."
 
 
 @dataclass(frozen=True)
-class SSLParams:
+class SSLParams(AlgorithmParams):
     """Common to every self-supervised method.
 
     temperature: NT-Xent tau (FedAD gives none; 0.5 is SimCLR's small-batch value).
@@ -55,25 +54,11 @@ class SSLParams:
     bn_buffers: how BatchNorm running statistics are aggregated.
     """
 
-    temperature: float = 0.5
-    crop_min_scale: float = 0.08
-    hue: float = 0.1
-    blur_p: float = 0.5
+    temperature: Annotated[float, Gt(0)] = 0.5
+    crop_min_scale: Annotated[float, Range(0, 1, lo_open=True)] = 0.08
+    hue: Annotated[float, Range(0, 0.5)] = 0.1
+    blur_p: Annotated[float, Probability] = 0.5
     bn_buffers: Literal["average", "pooled"] = "average"
-
-    def __post_init__(self) -> None:
-        checks = (
-            ("temperature", self.temperature > 0, "a number > 0"),
-            ("crop_min_scale", 0 < self.crop_min_scale <= 1, "a number in (0, 1]"),
-            ("hue", 0 <= self.hue <= 0.5, "a number in [0, 0.5]"),
-            ("blur_p", 0 <= self.blur_p <= 1, "a probability in [0, 1]"),
-        )
-        for key, ok, expected in checks:
-            if not ok:
-                raise ConfigError(
-                    f"config key 'algorithm.params.{key}': expected {expected}, "
-                    f"got {getattr(self, key)!r}"
-                )
 
     def augmentation(self) -> SimCLRAugment:
         return SimCLRAugment(
@@ -162,6 +147,12 @@ class SSLClient(ClientAlgorithm):
     ) -> dict[str, Any]:
         raise NotImplementedError
 
+    @staticmethod
+    def joint(view_a: torch.Tensor, view_b: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """``(N, [view_a; view_b])``: both views as one batch of ``2N`` images, so
+        one forward pass encodes them; rows ``:N`` are view a, ``N:`` view b."""
+        return view_a.shape[0], torch.cat([view_a, view_b])
+
     def views(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Two independent SimCLR views T(x) of a batch in [0, 1]."""
         with torch.no_grad():
@@ -194,11 +185,11 @@ class SSLClient(ClientAlgorithm):
             )
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
-        if stage != "fit":
+        if stage != FIT:
             return self.handle_other(stage, payload, state)
         self.check_data()
         ctx = self.ctx
-        model = ctx.build_model()
+        model = ctx.task.images().build_model()
         load_entries(model, payload.group(WEIGHTS), f"client {ctx.client_id} weights")
         fdim = model.feature_dim
         with torch.random.fork_rng(devices=[]):
@@ -213,17 +204,7 @@ class SSLClient(ClientAlgorithm):
         self.aug = self.params.augmentation()
         self.generator = torch.Generator().manual_seed(ctx.seed_for("augment"))
         self.begin(net, payload, state)
-        torch.manual_seed(ctx.seed_for("torch"))
-        scalars = train_local(
-            net,
-            ctx.data,
-            ctx.train,
-            self.loss,
-            round_idx=ctx.round,
-            seed=ctx.seed_for("shuffle"),
-            device=ctx.device,
-            on_epoch=ctx.on_epoch,
-        )
+        scalars = ctx.fit_images(net, self.loss)
         self.end(net, state)
         if len(local):
             state.arrays[LOCAL_HEADS] = as_numpy_dict(local.state_dict())
@@ -251,7 +232,7 @@ class SSLServer(ServerAlgorithm):
             k: v for k, v in ctx.initial_weights.items() if k.startswith(self.prefixes)
         }
         with torch.random.fork_rng(devices=[]):
-            probe = ctx.build_model()
+            probe = ctx.task.images().build_model()
             self.param_keys = [
                 k for k, _ in probe.named_parameters() if k.startswith(ENCODER_PREFIX)
             ]
@@ -267,7 +248,7 @@ class SSLServer(ServerAlgorithm):
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
-        if stage != "fit":
+        if stage != FIT:
             raise ProtocolError(f"{type(self).__name__} has no stage {stage!r}")
         arrays = {WEIGHTS: self.weights}
         if self.shared:
@@ -282,7 +263,7 @@ class SSLServer(ServerAlgorithm):
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
     ) -> dict[str, Scalar]:
-        if stage != "fit":
+        if stage != FIT:
             raise ProtocolError(f"{type(self).__name__} has no stage {stage!r}")
         if not replies:
             raise ProtocolError(f"round {rnd}: no client replied to stage {stage!r}")

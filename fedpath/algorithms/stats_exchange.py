@@ -22,20 +22,36 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import ProtocolError, ServerContext
+from fedpath.algorithms.base import ProtocolError, ServerContext, round_only
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
+from fedpath.algorithms.names import FIT, POOL, STATS, WEIGHTS
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 
 log = logging.getLogger("fedpath")
 
-STATS = "stats"  # reply group of the stats stage
-POOL = "pool"  # fit-stage group: the other clients' statistics
+
+class StatsParams(Protocol):
+    """What the statistics exchange reads from a method's params dataclass."""
+
+    # read-only members: params dataclasses are frozen
+    @property
+    def upload_ratio(self) -> float: ...
+    @property
+    def refresh(self) -> Literal["round", "once"]: ...
+    @property
+    def empty_pool(self) -> Literal["own", "error"]: ...
+    @property
+    def bn_buffers(self) -> Literal["average", "pooled"]: ...
+
+    def stat_layout(self) -> dict[str, tuple[int, int]]:
+        """name -> (channels, statistics) of every uploaded array."""
+        ...
 
 
 class StatsExchangeClient(WeightsClient):
@@ -47,6 +63,8 @@ class StatsExchangeClient(WeightsClient):
     in [0, 1] to named ``(n, C, k)`` arrays) and read ``self.pool`` (the received
     statistics, or the fallback) in their loss.
     """
+
+    params: StatsParams
 
     def compute_stats(self, images: torch.Tensor) -> ArrayDict:
         raise NotImplementedError
@@ -81,7 +99,7 @@ class StatsExchangeClient(WeightsClient):
         pool = dict(payload.arrays.get(POOL, {}))
         self.pool_is_own = not pool or min(len(v) for v in pool.values()) == 0
         if self.pool_is_own:
-            if getattr(self.params, "empty_pool", "own") == "error":
+            if self.params.empty_pool == "error":
                 raise ProtocolError(
                     f"client {self.ctx.client_id}: the statistics pool it received is "
                     "empty (one-client federation, or upload_ratio too small); set "
@@ -103,22 +121,23 @@ class StatsExchangeClient(WeightsClient):
 class StatsExchangeServer(FedAvgServer):
     """FedAvg server plus the statistics pool (stats stage, per-client pools)."""
 
+    params: StatsParams
+
     def __init__(self, params: Any, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
         self.pools: dict[str, ArrayDict] = {}
         self.shapes: dict[str, tuple[int, int]] = params.stat_layout()
 
     def stages(self, rnd: int) -> Sequence[str]:
-        refresh = getattr(self.params, "refresh", "round")
-        if refresh == "round" or rnd == 1 or not self.pools:
-            return (STATS, "fit")
-        return ("fit",)
+        if self.params.refresh == "round" or rnd == 1 or not self.pools:
+            return (STATS, FIT)
+        return (FIT,)
 
     def configure(
         self, stage: str, rnd: int, clients: Sequence[str]
     ) -> dict[str, Payload]:
         if stage == STATS:
-            return {c: Payload({}, {"round": rnd}) for c in clients}
+            return round_only(clients, rnd)
         messages = super().configure(stage, rnd, clients)
         for c, msg in messages.items():
             msg.arrays[POOL] = self.pool_for(c)
@@ -190,7 +209,7 @@ class StatsExchangeServer(FedAvgServer):
 
 
 def audit_payload(
-    payload: Payload, image_size: int, allowed: Sequence[str] = ("weights",)
+    payload: Payload, image_size: int, allowed: Sequence[str] = (WEIGHTS,)
 ) -> None:
     """Raise if a payload carries anything image-shaped outside ``allowed`` groups.
 

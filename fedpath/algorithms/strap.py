@@ -23,15 +23,15 @@ aggregation is FedAvg. This is a genuine style-randomization baseline, not STRAP
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.base import AlgorithmParams, register_algorithm
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
-from fedpath.config import ConfigError
+from fedpath.schema import Probability
 from fedpath.stain import from_space, to_space
 from fedpath.types import ClientState, Payload
 
@@ -40,20 +40,13 @@ _STYLE_HIGH = torch.tensor([[85.0, 30.0], [45.0, 30.0], [45.0, 30.0]])
 
 
 @dataclass(frozen=True)
-class StrapParams:
+class StrapParams(AlgorithmParams):
     """p: probability of stylizing an image; texture: add RandConv texture."""
 
-    p: float = 1.0
+    p: Annotated[float, Probability] = 1.0
     texture: bool = True
     texture_mix: Literal["random", "full"] = "random"
     bn_buffers: Literal["average", "pooled"] = "average"
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.p <= 1:
-            raise ConfigError(
-                f"config key 'algorithm.params.p': expected a number in [0, 1], "
-                f"got {self.p}"
-            )
 
 
 def random_styles(n: int, generator: torch.Generator) -> torch.Tensor:

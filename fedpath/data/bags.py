@@ -20,12 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import torch
 
 from fedpath.data.base import DATASETS, DataError, DomainDataset, ImageStore, Split
+from fedpath.schema import Check, Checked, Ge, Range, require
 
 if TYPE_CHECKING:
     from fedpath.mil.bags import BagDataset, SlideBag
@@ -89,13 +90,12 @@ def from_bag_dataset(
     )
 
 
-def _require(ok: bool, key: str, expected: str, got: object) -> None:
-    if not ok:
-        raise DataError(f"data.params.{key}: expected {expected}, got {got!r}")
+#: share of the slides held out for testing
+TestFraction = Annotated[float, Range(0, 1, hi_open=True)]
 
 
 @dataclass(frozen=True)
-class SyntheticBagsParams:
+class SyntheticBagsParams(Checked):
     """Synthetic hospitals of slide bags (see :func:`fedpath.mil.bags.synthetic_bags`).
 
     ``rare_fraction``: share of a positive slide's patches in the rare diagnostic
@@ -103,44 +103,26 @@ class SyntheticBagsParams:
     ``domain_rotation``: the hospital-specific map of the embedding space.
     """
 
-    num_hospitals: int = 3
-    slides_per_hospital: int = 40
-    dim: int = 64
-    min_patches: int = 200
+    config_section = "data.params"
+
+    num_hospitals: Annotated[int, Ge(1)] = 3
+    slides_per_hospital: Annotated[int, Ge(4)] = 40
+    dim: Annotated[int, Ge(2)] = 64
+    min_patches: Annotated[int, Ge(1)] = 200
     max_patches: int = 400
-    rare_fraction: float = 0.03
+    rare_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.03
     domain_shift: float = 0.5
     domain_scale: float = 0.2
     domain_rotation: float = 0.3
-    test_fraction: float = 0.3
+    test_fraction: TestFraction = 0.3
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        _require(self.num_hospitals >= 1, "num_hospitals", "an integer >= 1", self)
-        _require(
-            self.slides_per_hospital >= 4,
-            "slides_per_hospital",
-            "an integer >= 4",
-            self.slides_per_hospital,
-        )
-        _require(self.dim >= 2, "dim", "an integer >= 2", self.dim)
-        _require(
-            1 <= self.min_patches <= self.max_patches,
+    def validate(self) -> None:
+        require(
+            self.min_patches <= self.max_patches,
             "min_patches",
             "1 <= min_patches <= max_patches",
             (self.min_patches, self.max_patches),
-        )
-        _require(
-            0 < self.rare_fraction < 1,
-            "rare_fraction",
-            "a number in (0, 1)",
-            self.rare_fraction,
-        )
-        _require(
-            0 <= self.test_fraction < 1,
-            "test_fraction",
-            "a number in [0, 1)",
-            self.test_fraction,
         )
 
 
@@ -171,7 +153,7 @@ def _synthetic(p: SyntheticBagsParams) -> DomainDataset:
 
 
 @dataclass(frozen=True)
-class ClamBagsParams:
+class ClamBagsParams(Checked):
     """Bags in CLAM's layout under ``data.root``.
 
     ``csv``: ``slide_id,label,domain`` rows (relative to the root unless absolute);
@@ -180,21 +162,14 @@ class ClamBagsParams:
     order (default: sorted label names).
     """
 
+    config_section = "data.params"
+
     csv: str = "slides.csv"
     embedding_space: str = "unknown"
     classes: list[str] | None = None
-    prefer: str = "h5"
-    test_fraction: float = 0.3
+    prefer: Annotated[str, Check("'h5' or 'pt'", lambda v: v in ("h5", "pt"))] = "h5"
+    test_fraction: TestFraction = 0.3
     seed: int = 0
-
-    def __post_init__(self) -> None:
-        _require(self.prefer in ("h5", "pt"), "prefer", "'h5' or 'pt'", self.prefer)
-        _require(
-            0 <= self.test_fraction < 1,
-            "test_fraction",
-            "a number in [0, 1)",
-            self.test_fraction,
-        )
 
 
 @DATASETS.register("clam_bags", params=ClamBagsParams)

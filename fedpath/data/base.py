@@ -9,19 +9,16 @@ splits, so the runtime is identical for in-memory tensors and for PNGs on disk.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from fedpath.registry import Registry
+from fedpath.registry import DATASETS  # noqa: F401  (its home for users)
 
 Part = Literal["train", "test", "all"]
-
-#: Registered dataset factories: ``factory(params, root) -> DomainDataset``.
-DATASETS: Registry[Callable[[Any, str | None], DomainDataset]] = Registry("dataset")
 
 
 class DataError(ValueError):

@@ -21,6 +21,13 @@ from fedpath.data.base import DataError, ImageStore, TensorStore
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 
 
+def image_files(folder: Path, recursive: bool = False) -> list[Path]:
+    """The entries of ``folder`` with an image suffix (:data:`IMAGE_SUFFIXES`, any
+    case), sorted; ``recursive``: of its subfolders too, at any depth."""
+    entries = folder.rglob("*") if recursive else folder.iterdir()
+    return sorted(p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
 def load_image(path: Path, size: int) -> np.ndarray:
     """uint8 (3, size, size) RGB array of the image at ``path`` (DataError if bad)."""
     try:

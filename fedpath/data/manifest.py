@@ -35,7 +35,7 @@ from fedpath.data.base import (
     TensorStore,
     assign_test_split,
 )
-from fedpath.data.files import IMAGE_SUFFIXES, FileStore, load_image
+from fedpath.data.files import IMAGE_SUFFIXES, FileStore, image_files, load_image
 
 log = logging.getLogger("fedpath")
 
@@ -118,20 +118,28 @@ def read_manifest(csv_path: Path) -> Records:
     return rec
 
 
+def add_class_folders(
+    rec: Records, parent: Path, domain: str, *, recursive: bool = False
+) -> None:
+    """Append ``parent/<class>/<image>`` to ``rec``: label ``<class>``, domain
+    ``domain``, every image its own slide. Classes and images in sorted order
+    (deterministic); ``recursive``: images in subfolders of a class folder too."""
+    for cls in sorted(c for c in parent.iterdir() if c.is_dir()):
+        for img in image_files(cls, recursive):
+            rec.paths.append(img)
+            rec.labels.append(cls.name)
+            rec.domains.append(domain)
+            rec.slides.append(str(img))
+            rec.where.append(str(img))
+
+
 def scan_folders(root: Path) -> Records:
     """``root/<domain>/<class>/<image>`` -> records (sorted, deterministic)."""
     if not root.is_dir():
         raise DataError(f"data.root {str(root)!r} is not a directory")
     rec = Records([], [], [], [], [])
     for domain in sorted(d for d in root.iterdir() if d.is_dir()):
-        for cls in sorted(c for c in domain.iterdir() if c.is_dir()):
-            for img in sorted(cls.iterdir()):
-                if img.suffix.lower() in IMAGE_SUFFIXES:
-                    rec.paths.append(img)
-                    rec.labels.append(cls.name)
-                    rec.domains.append(domain.name)
-                    rec.slides.append(str(img))
-                    rec.where.append(str(img))
+        add_class_folders(rec, domain, domain.name)
     if not rec.paths:
         raise DataError(
             f"no images under {str(root)!r}; expected root/<domain>/<class>/<image> "

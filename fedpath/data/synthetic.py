@@ -11,75 +11,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Annotated
 
 import numpy as np
 import torch
 
-from fedpath.config import ConfigError
 from fedpath.data.base import DATASETS, DomainDataset, TensorStore, assign_test_split
 from fedpath.data.synthetic_render import (
     CLASS_NAMES,
     make_hospital_profiles,
     render_patches,
 )
-
-
-def _require(ok: bool, key: str, expected: str, got: object) -> None:
-    if not ok:
-        raise ConfigError(
-            f"config key 'data.params.{key}': expected {expected}, got {got!r}"
-        )
+from fedpath.schema import Checked, Ge, Range
 
 
 @dataclass(frozen=True)
-class SyntheticParams:
+class SyntheticParams(Checked):
     """Size and shape of the synthetic federation (all deterministic from ``seed``)."""
 
-    num_hospitals: int = 4
-    samples_per_hospital: int = 400
-    image_size: int = 64
-    slides_per_hospital: int = 8
-    test_fraction: float = 0.25
-    tumour_fraction: float = 0.5
-    seed: int = 0
+    config_section = "data.params"
 
-    def __post_init__(self) -> None:
-        _require(
-            self.num_hospitals >= 1,
-            "num_hospitals",
-            "an integer >= 1",
-            self.num_hospitals,
-        )
-        _require(
-            self.samples_per_hospital >= 2,
-            "samples_per_hospital",
-            "an integer >= 2",
-            self.samples_per_hospital,
-        )
-        _require(
-            16 <= self.image_size <= 512,
-            "image_size",
-            "an integer in [16, 512]",
-            self.image_size,
-        )
-        _require(
-            self.slides_per_hospital >= 1,
-            "slides_per_hospital",
-            "an integer >= 1",
-            self.slides_per_hospital,
-        )
-        _require(
-            0 <= self.test_fraction < 1,
-            "test_fraction",
-            "a number in [0, 1)",
-            self.test_fraction,
-        )
-        _require(
-            0 < self.tumour_fraction < 1,
-            "tumour_fraction",
-            "a number in (0, 1)",
-            self.tumour_fraction,
-        )
+    num_hospitals: Annotated[int, Ge(1)] = 4
+    samples_per_hospital: Annotated[int, Ge(2)] = 400
+    image_size: Annotated[int, Range(16, 512)] = 64
+    slides_per_hospital: Annotated[int, Ge(1)] = 8
+    test_fraction: Annotated[float, Range(0, 1, hi_open=True)] = 0.25
+    tumour_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.5
+    seed: int = 0
 
 
 @DATASETS.register("synthetic", params=SyntheticParams)

@@ -1,46 +1,60 @@
 """Classification metrics for slide/patch-level evaluation, in pure NumPy.
 
-Every function here is vectorised NumPy and reproduces the semantics of the
-corresponding scikit-learn metric (scikit-learn is used only as a reference in
-the test-suite, never imported by the package):
+The one home of fedpath's metrics: the classifier evaluation, ``fedpath evaluate``
+and the linear probe (:mod:`fedpath.evaluation.probe`) all report these keys.
+Every function is vectorised NumPy and reproduces the corresponding
+scikit-learn metric (scikit-learn is only the reference of the test-suite):
 
-* ``accuracy`` -- fraction of argmax predictions equal to the label.
+* ``accuracy`` -- fraction of predictions equal to the label.
 * ``balanced_accuracy`` -- mean per-class recall over the classes *present* in
   ``y_true`` (``sklearn.metrics.balanced_accuracy_score``).
-* ``macro_f1`` -- unweighted mean F1 over all ``C`` classes with
-  ``zero_division=0`` (``f1_score(average="macro", labels=range(C))``).
+* ``macro_f1``, ``macro_precision``, ``macro_recall`` -- unweighted means over
+  all ``C`` classes with ``zero_division=0``
+  (``f1_score(average="macro", labels=range(C))`` and likewise), for any ``C``.
 * ``auroc`` -- binary ROC AUC of ``probs[:, 1]`` (ties handled by the
-  trapezoidal rule, exactly as ``roc_auc_score``); for ``C > 2`` the macro
-  one-vs-rest AUC over the classes present in ``y_true``.  When fewer than two
-  classes are present the AUROC is undefined and ``nan`` is returned (no
-  exception is raised).
+  trapezoidal rule, as ``roc_auc_score``); for ``C > 2`` the macro one-vs-rest
+  AUC over the classes present in ``y_true``. Undefined (fewer than two classes
+  present): ``nan``, never an exception.
 * ``mcc`` -- multiclass Matthews correlation coefficient (Gorodkin's R_K),
   ``0.0`` when undefined (``matthews_corrcoef``).
+* ``f1``, ``precision``, ``recall`` -- only for ``C == 2``: the scores of the
+  positive class 1 (``average="binary"``; the F1 of FedAD's probe tables).
+  ``macro_f1`` also averages in the negative class.
 
-All metrics are "higher is better".
+All metrics are "higher is better". ``nan`` is the one marker of an undefined
+value inside Python (readers of older files also map a JSON ``null`` to it).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "BINARY_METRIC_NAMES",
     "METRIC_NAMES",
     "classification_metrics",
     "confusion_matrix",
-    "per_group_metrics",
+    "metrics_with_confusion",
+    "per_class_scores",
     "roc_curve",
-    "worst_group",
+    "validate_inputs",
 ]
 
+#: Keys of :func:`classification_metrics` for any number of classes, in order.
 METRIC_NAMES: tuple[str, ...] = (
     "accuracy",
     "balanced_accuracy",
     "macro_f1",
     "auroc",
     "mcc",
+    "macro_precision",
+    "macro_recall",
 )
+#: Keys added for two classes: scores of the positive class 1.
+BINARY_METRIC_NAMES: tuple[str, ...] = ("f1", "precision", "recall")
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -95,7 +109,9 @@ def _as_probs(probs: object) -> FloatArray:
     return out
 
 
-def _validate(y_true: object, probs: object) -> tuple[IntArray, FloatArray]:
+def validate_inputs(y_true: object, probs: object) -> tuple[IntArray, FloatArray]:
+    """Labels (N,) and class probabilities (N, C) as arrays; a clear ValueError
+    when their shapes, values or lengths do not fit."""
     p = _as_probs(probs)
     y = _as_labels(y_true, "y_true", num_classes=p.shape[1])
     if y.shape[0] != p.shape[0]:
@@ -148,11 +164,11 @@ def confusion_matrix(
 
 
 def roc_curve(
-    y_true_binary: np.ndarray, scores: np.ndarray
+    y_true_binary: np.ndarray, scores: np.ndarray, drop_intermediate: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Receiver operating characteristic curve.
 
-    Equivalent to ``sklearn.metrics.roc_curve(y, s, drop_intermediate=False)``:
+    Equivalent to ``sklearn.metrics.roc_curve(y, s, drop_intermediate=...)``:
     one point per distinct score (tied scores collapse into a single point),
     preceded by the origin with threshold ``+inf``.
 
@@ -162,6 +178,10 @@ def roc_curve(
         1-D array of ``0``/``1`` (or boolean) labels; ``1`` is the positive class.
     scores : np.ndarray
         1-D array of finite scores, higher means more likely positive.
+    drop_intermediate : bool
+        Drop the points collinear with their neighbours (scikit-learn's rule:
+        no corner in the second differences of the counts), which leaves the
+        plotted curve unchanged; the probe reports its ROC curve that way.
 
     Returns
     -------
@@ -194,9 +214,14 @@ def roc_curve(
     last_of_run = np.r_[np.flatnonzero(np.diff(s_sorted)), s_sorted.size - 1]
     tps = np.cumsum(y_sorted)[last_of_run].astype(np.float64)
     fps = (last_of_run + 1).astype(np.float64) - tps
+    thresholds = s_sorted[last_of_run]
+    if drop_intermediate and fps.size > 2:
+        corner = np.logical_or(np.diff(fps, 2), np.diff(tps, 2))
+        keep = np.flatnonzero(np.r_[True, corner, True])
+        tps, fps, thresholds = tps[keep], fps[keep], thresholds[keep]
     tps = np.r_[0.0, tps]
     fps = np.r_[0.0, fps]
-    thresholds = np.r_[np.inf, s_sorted[last_of_run]]
+    thresholds = np.r_[np.inf, thresholds]
     fpr = fps / fps[-1] if fps[-1] > 0 else np.full_like(fps, np.nan)
     tpr = tps / tps[-1] if tps[-1] > 0 else np.full_like(tps, np.nan)
     return fpr, tpr, thresholds
@@ -225,23 +250,52 @@ def _auroc(y: IntArray, p: FloatArray) -> float:
 # --------------------------------------------------------------------------- #
 # public metrics
 # --------------------------------------------------------------------------- #
-def classification_metrics(y_true: np.ndarray, probs: np.ndarray) -> dict[str, float]:
-    """Compute all metrics in :data:`METRIC_NAMES` from class probabilities.
+def per_class_scores(cm: np.ndarray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per-class precision, recall and F1 of a confusion matrix (rows true).
+
+    ``tp / predicted``, ``tp / support`` and ``2 tp / (support + predicted)``,
+    each 0 where its denominator is 0 (scikit-learn's ``zero_division=0``; the
+    F1 denominator is formed as in ``precision_recall_fscore_support``, so the
+    values agree to the last bit).
+    """
+    counts = np.asarray(cm, dtype=np.float64)
+    tp = np.diag(counts)
+    support = counts.sum(axis=1)  # true count per class
+    predicted = counts.sum(axis=0)  # predicted count per class
+
+    def ratio(num: FloatArray, den: FloatArray) -> FloatArray:
+        return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+    return (
+        ratio(tp, predicted),
+        ratio(tp, support),
+        ratio(2.0 * tp, support + predicted),
+    )
+
+
+def classification_metrics(
+    y_true: np.ndarray, probs: np.ndarray, y_pred: np.ndarray | None = None
+) -> dict[str, float]:
+    """Compute every metric of the module docstring from class probabilities.
 
     Parameters
     ----------
     y_true : np.ndarray
         ``(N,)`` integer labels in ``[0, C)``.
     probs : np.ndarray
-        ``(N, C)`` finite class probabilities, ``C >= 2``. Hard predictions are
-        ``argmax`` over the columns (ties go to the lowest class index).
+        ``(N, C)`` finite class probabilities, ``C >= 2``.
+    y_pred : np.ndarray, optional
+        ``(N,)`` hard predictions in ``[0, C)``; default ``argmax`` over the
+        columns of ``probs`` (ties go to the lowest class index). A model whose
+        own decision rule can differ from that argmax passes its predictions.
 
     Returns
     -------
     dict[str, float]
-        Keys in the order of :data:`METRIC_NAMES`. ``auroc`` is ``nan`` when
-        fewer than two classes occur in ``y_true``; ``mcc`` is ``0.0`` when it
-        is undefined (constant labels or predictions).
+        :data:`METRIC_NAMES` in that order, then :data:`BINARY_METRIC_NAMES`
+        when ``C == 2``. ``auroc`` is ``nan`` when fewer than two classes occur
+        in ``y_true``; ``mcc`` is ``0.0`` when it is undefined (constant labels
+        or predictions).
 
     Raises
     ------
@@ -249,10 +303,15 @@ def classification_metrics(y_true: np.ndarray, probs: np.ndarray) -> dict[str, f
         If the inputs have inconsistent shapes, are empty, contain labels
         outside ``[0, C)``, or non-finite probabilities.
     """
-    y, p = _validate(y_true, probs)
+    y, p = validate_inputs(y_true, probs)
     num_classes = p.shape[1]
-    pred = np.argmax(p, axis=1).astype(np.int64)
+    pred = (
+        np.argmax(p, axis=1).astype(np.int64)
+        if y_pred is None
+        else _as_labels(y_pred, "y_pred", num_classes=num_classes)
+    )
     cm = confusion_matrix(y, pred, num_classes).astype(np.float64)
+    precision, recall, f1 = per_class_scores(cm)
 
     tp = np.diag(cm)
     support = cm.sum(axis=1)  # true count per class
@@ -262,9 +321,6 @@ def classification_metrics(y_true: np.ndarray, probs: np.ndarray) -> dict[str, f
     present = support > 0
     balanced = float(np.mean(tp[present] / support[present]))
 
-    f1_denom = 2.0 * tp + (predicted - tp) + (support - tp)
-    f1 = np.divide(2.0 * tp, f1_denom, out=np.zeros_like(tp), where=f1_denom > 0)
-
     correct = float(tp.sum())
     cov_tp = correct * n - float(support @ predicted)
     cov_pp = n * n - float(predicted @ predicted)
@@ -272,94 +328,31 @@ def classification_metrics(y_true: np.ndarray, probs: np.ndarray) -> dict[str, f
     denom = cov_pp * cov_tt
     mcc = 0.0 if denom == 0.0 else cov_tp / float(np.sqrt(denom))
 
-    return {
+    out = {
         "accuracy": correct / n,
         "balanced_accuracy": balanced,
         "macro_f1": float(np.mean(f1)),
         "auroc": _auroc(y, p),
         "mcc": float(mcc),
+        "macro_precision": float(np.mean(precision)),
+        "macro_recall": float(np.mean(recall)),
     }
-
-
-def per_group_metrics(
-    y_true: np.ndarray, probs: np.ndarray, groups: np.ndarray
-) -> dict[str, dict[str, float]]:
-    """:func:`classification_metrics` computed separately for each group.
-
-    Parameters
-    ----------
-    y_true : np.ndarray
-        ``(N,)`` integer labels in ``[0, C)``.
-    probs : np.ndarray
-        ``(N, C)`` class probabilities.
-    groups : np.ndarray
-        ``(N,)`` group identifiers (e.g. hospital/centre). Values are converted
-        with ``str()``, so ``3`` and ``"3"`` denote the same group.
-
-    Returns
-    -------
-    dict[str, dict[str, float]]
-        Metrics per group, keys sorted by group name (string order). The number
-        of classes ``C`` is that of ``probs`` for every group.
-
-    Raises
-    ------
-    ValueError
-        On invalid inputs or if ``groups`` is not 1-D with ``N`` entries.
-    """
-    y, p = _validate(y_true, probs)
-    g = np.asarray(groups)
-    if g.ndim != 1 or g.shape[0] != y.shape[0]:
-        raise ValueError(
-            f"groups must be a 1-D array with {y.shape[0]} entries, got shape {g.shape}"
+    if num_classes == 2:  # the positive class 1 (scikit-learn's average="binary")
+        scores = (f1, precision, recall)
+        out.update(
+            {k: float(v[1]) for k, v in zip(BINARY_METRIC_NAMES, scores, strict=True)}
         )
-    names = g.astype(str)
-    unique, inverse = np.unique(names, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    return {
-        str(name): classification_metrics(y[inverse == k], p[inverse == k])
-        for k, name in enumerate(unique)
-    }
+    return out
 
 
-def worst_group(
-    per_group: dict[str, dict[str, float]], metric: str
-) -> tuple[str, float]:
-    """Group with the lowest value of ``metric`` (metrics are higher-is-better).
-
-    Parameters
-    ----------
-    per_group : dict[str, dict[str, float]]
-        Output of :func:`per_group_metrics` (or any mapping of that shape).
-    metric : str
-        Metric name; must be a key of every group's dictionary.
-
-    Returns
-    -------
-    tuple[str, float]
-        ``(group, value)``. ``nan`` values are ignored; ties go to the group that
-        comes first in ``per_group``'s iteration order.
-
-    Raises
-    ------
-    ValueError
-        If ``per_group`` is empty, a group lacks ``metric``, or every value is
-        ``nan``.
+def metrics_with_confusion(
+    y_true: np.ndarray, probs: np.ndarray, y_pred: np.ndarray | None = None
+) -> dict[str, Any]:
+    """:func:`classification_metrics` plus ``confusion``, the ``(C, C)`` confusion
+    matrix as nested lists (rows true, columns predicted): an evaluation report.
     """
-    if not per_group:
-        raise ValueError("per_group is empty: no group to choose from")
-    best: tuple[str, float] | None = None
-    for name, values in per_group.items():
-        if metric not in values:
-            raise ValueError(
-                f"metric {metric!r} missing for group {name!r}; available: "
-                f"{sorted(values)}"
-            )
-        value = float(values[metric])
-        if np.isnan(value):
-            continue
-        if best is None or value < best[1]:
-            best = (name, value)
-    if best is None:
-        raise ValueError(f"metric {metric!r} is NaN for every group")
-    return best
+    out: dict[str, Any] = dict(classification_metrics(y_true, probs, y_pred))
+    y, p = validate_inputs(y_true, probs)
+    pred = np.argmax(p, axis=1) if y_pred is None else y_pred
+    out["confusion"] = confusion_matrix(y, pred, p.shape[1]).tolist()
+    return out

@@ -22,6 +22,12 @@ from typing import Any
 import numpy as np
 
 from fedpath.config import ConfigError
+from fedpath.evaluation.metrics import (
+    confusion_matrix,
+    metrics_with_confusion,
+    per_class_scores,
+    roc_curve,
+)
 
 
 def _check_inputs(
@@ -53,23 +59,11 @@ def _check_inputs(
     return tx, ty, vx, vy
 
 
-def _auroc(
-    y: np.ndarray, proba: np.ndarray, labels: list[Any], binary: bool
-) -> float | None:
-    """Binary AUROC of the positive class, else macro one-vs-rest over the classes
-    of ``y`` that have both positives and negatives (None when undefined)."""
-    from sklearn.metrics import roc_auc_score
-
-    classes = [labels[-1]] if binary else labels
-    scores = []
-    for i, c in enumerate(labels):
-        if c not in classes:
-            continue
-        pos = y == c
-        if pos.all() or not pos.any():
-            continue
-        scores.append(float(roc_auc_score(pos, proba[:, i])))
-    return float(np.mean(scores)) if scores else None
+def _cv_f1(y: np.ndarray, pred: np.ndarray, num_classes: int) -> float:
+    """The CV criterion: F1 of the positive class for two classes, else macro-F1
+    over the classes of both splits (the probe's ``f1`` / ``macro_f1``)."""
+    f1 = per_class_scores(confusion_matrix(y, pred, num_classes))[2]
+    return float(f1[1]) if num_classes == 2 else float(np.mean(f1))
 
 
 def linear_probe(
@@ -108,12 +102,14 @@ def linear_probe(
     Returns
     -------
     dict
-        JSON-serializable: ``accuracy``, ``balanced_accuracy``, ``f1``,
-        ``precision``, ``recall`` (binary for 2 classes, else macro), ``auroc``
-        (None when undefined), ``confusion`` (rows true, columns predicted, in
-        ``classes`` order), ``roc`` ({"fpr", "tpr"}, binary only), ``C``,
-        ``cv_f1`` (mean CV F1 per candidate), ``folds``, ``n_train``, ``n_test``,
-        ``n``, ``classes``, ``converged``.
+        The metrics of :func:`fedpath.evaluation.metrics.metrics_with_confusion`
+        over ``classes`` (the sorted classes of both splits; for two classes
+        ``f1``, ``precision``, ``recall`` of the positive, last one besides the
+        ``macro_*`` means; ``auroc`` ``nan`` when undefined; ``confusion`` in
+        ``classes`` order), then ``C``, ``cv_f1`` (mean CV F1 per candidate, the
+        positive-class F1 for two classes, else macro-F1), ``folds``,
+        ``n_train``, ``n_test``, ``n``, ``classes``, ``converged`` and, for two
+        classes, ``roc`` ({"fpr", "tpr"}, empty when one class is absent).
 
     Raises
     ------
@@ -123,15 +119,6 @@ def linear_probe(
     """
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import (
-        accuracy_score,
-        balanced_accuracy_score,
-        confusion_matrix,
-        f1_score,
-        precision_score,
-        recall_score,
-        roc_curve,
-    )
     from sklearn.model_selection import StratifiedKFold
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -149,9 +136,12 @@ def linear_probe(
     if folds < 2:
         raise ConfigError(f"linear probe on {where}: folds must be >= 2, got {folds}")
     labels = sorted(set(ty.tolist()) | set(vy.tolist()))
-    binary = len(labels) == 2
-    avg = "binary" if binary else "macro"
-    pos = {"pos_label": labels[-1]} if binary else {"labels": labels}
+    index = {c: i for i, c in enumerate(labels)}
+
+    def indices(values: np.ndarray) -> np.ndarray:
+        """Class values -> positions in ``labels`` (the metrics' class indices)."""
+        return np.array([index[v] for v in values.tolist()], dtype=np.int64)
+
     rs = int(seed) % (2**32)
 
     def fit(c: float, x: np.ndarray, y: np.ndarray) -> Any:
@@ -179,9 +169,7 @@ def linear_probe(
                 scores = []
                 for tr, va in splits:
                     pred = fit(c, tx[tr], ty[tr]).predict(tx[va])
-                    scores.append(
-                        f1_score(ty[va], pred, average=avg, zero_division=0, **pos)
-                    )
+                    scores.append(_cv_f1(indices(ty[va]), indices(pred), len(labels)))
                 cv_f1[repr(float(c))] = float(np.mean(scores))
             best = max(cs, key=lambda c: cv_f1[repr(float(c))])  # first of ties
         else:
@@ -195,33 +183,30 @@ def linear_probe(
     proba = np.zeros((len(vx), len(labels)))
     for j, c in enumerate(model.classes_):
         proba[:, labels.index(c)] = proba_known[:, j]
-    out: dict[str, Any] = {
-        "accuracy": float(accuracy_score(vy, pred)),
-        "balanced_accuracy": float(balanced_accuracy_score(vy, pred)),
-        "f1": float(f1_score(vy, pred, average=avg, zero_division=0, **pos)),
-        "precision": float(
-            precision_score(vy, pred, average=avg, zero_division=0, **pos)
-        ),
-        "recall": float(recall_score(vy, pred, average=avg, zero_division=0, **pos)),
-        "auroc": _auroc(vy, proba, labels, binary),
-        "confusion": confusion_matrix(vy, pred, labels=labels).tolist(),
-        "C": float(best),
-        "cv_f1": cv_f1,
-        "folds": used,
-        "n_train": len(ty),
-        "n_test": len(vy),
-        "n": len(vy),
-        "classes": [
-            int(c) if isinstance(c, np.integer | int) else str(c) for c in labels
-        ],
-        "converged": n_warn == 0,
-    }
+    y_test = indices(vy)
+    # the model's own predictions, which its argmax of proba could contradict
+    # at a rounding tie
+    out = metrics_with_confusion(y_test, proba, indices(pred))
+    out.update(
+        {
+            "C": float(best),
+            "cv_f1": cv_f1,
+            "folds": used,
+            "n_train": len(ty),
+            "n_test": len(vy),
+            "n": len(vy),
+            "classes": [
+                int(c) if isinstance(c, np.integer | int) else str(c) for c in labels
+            ],
+            "converged": n_warn == 0,
+        }
+    )
     if note:
         out["folds_note"] = note
-    if binary:
-        positive = vy == labels[-1]
+    if len(labels) == 2:
+        positive = y_test == 1
         if positive.any() and not positive.all():
-            fpr, tpr, _ = roc_curve(positive, proba[:, -1])
+            fpr, tpr, _ = roc_curve(positive, proba[:, 1], drop_intermediate=True)
             out["roc"] = {"fpr": fpr.tolist(), "tpr": tpr.tolist()}
         else:
             out["roc"] = {"fpr": [], "tpr": []}

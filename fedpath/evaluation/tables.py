@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,15 +59,16 @@ class ResultRow:
         Held-out target domain (table column).
     seed : int
         Random seed of the run.
-    metrics : Mapping[str, float]
+    metrics : Mapping[str, float | None]
         Metric values of the run, e.g. from
-        :func:`fedpath.evaluation.metrics.classification_metrics`.
+        :func:`fedpath.evaluation.metrics.classification_metrics`; ``nan`` (or
+        ``None``, a JSON ``null`` of older probe results) marks an undefined one.
     """
 
     method: str
     target: str
     seed: int
-    metrics: Mapping[str, float]
+    metrics: Mapping[str, float | None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,8 +146,8 @@ def build_table(
         with a single seed. The ``Avg`` cell of a method averages, for every
         seed that has results on *all* targets of the table, the values over the
         targets, then takes the mean/std over those seeds; ``nan`` if no seed is
-        complete. A ``nan`` metric value (e.g. an undefined AUROC) propagates
-        to its cell and to ``Avg``.
+        complete. A ``nan`` (or ``None``) metric value, e.g. an undefined
+        AUROC, propagates to its cell and to ``Avg``.
 
     Raises
     ------
@@ -175,7 +176,8 @@ def build_table(
                 f"duplicate result for method={row.method!r}, "
                 f"target={row.target!r}, seed={row.seed}"
             )
-        cell[row.seed] = float(row.metrics[metric]) * scale
+        value = row.metrics[metric]
+        cell[row.seed] = (math.nan if value is None else float(value)) * scale
         methods.setdefault(row.method, None)
         targets.setdefault(row.target, None)
 
@@ -234,6 +236,32 @@ def _fmt(x: float, decimals: int) -> str:
     return f"{x:.{decimals}f}"
 
 
+def _body(
+    table: ResultTable,
+    decimals: int,
+    bold_best: bool,
+    name: Callable[[str], str],
+    pm: str,
+    bold: Callable[[str], str],
+    missing: str,
+) -> list[list[str]]:
+    """Per method, its ``name``d label and every column's ``mean pm std`` text,
+    through ``bold`` for the best of a column, or ``missing`` for no data."""
+    best = _best_rows(table, decimals) if bold_best else None
+    rows = []
+    for i, method in enumerate(table.methods):
+        cells = [name(method)]
+        for j in range(len(table.columns)):
+            m, s = table.mean[i, j], table.std[i, j]
+            if np.isnan(m):
+                cells.append(missing)
+                continue
+            text = f"{_fmt(m, decimals)}{pm}{_fmt(s, decimals)}"
+            cells.append(bold(text) if best is not None and i in best[j] else text)
+        rows.append(cells)
+    return rows
+
+
 def to_markdown(table: ResultTable, decimals: int = 2, bold_best: bool = True) -> str:
     """Render ``table`` as a GitHub-flavoured Markdown table.
 
@@ -254,7 +282,6 @@ def to_markdown(table: ResultTable, decimals: int = 2, bold_best: bool = True) -
         method; cells read ``95.25 ± 1.20`` and missing cells ``–``.
     """
     _check_decimals(decimals)
-    best = _best_rows(table, decimals) if bold_best else None
 
     def esc(name: str) -> str:
         return name.replace("|", "\\|")
@@ -263,16 +290,10 @@ def to_markdown(table: ResultTable, decimals: int = 2, bold_best: bool = True) -
         "| " + " | ".join(["Method", *map(esc, table.columns)]) + " |",
         "|" + "---|" + "---:|" * len(table.columns),
     ]
-    for i, method in enumerate(table.methods):
-        cells = [esc(method)]
-        for j in range(len(table.columns)):
-            m, s = table.mean[i, j], table.std[i, j]
-            if np.isnan(m):
-                cells.append(_MISSING_MD)
-                continue
-            text = f"{_fmt(m, decimals)} ± {_fmt(s, decimals)}"
-            cells.append(f"**{text}**" if best is not None and i in best[j] else text)
-        lines.append("| " + " | ".join(cells) + " |")
+    body = _body(
+        table, decimals, bold_best, esc, " ± ", lambda t: f"**{t}**", _MISSING_MD
+    )
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
     return "\n".join(lines) + "\n"
 
 
@@ -327,13 +348,8 @@ def to_latex(
 
     Parameters
     ----------
-    table : ResultTable
-        Table to render.
-    decimals : int, default 2
-        Digits after the decimal point.
-    bold_best : bool, default True
-        Wrap the cell(s) with the highest displayed mean of each column in
-        ``\\textbf{...}`` (higher is better; ties are all bold).
+    table, decimals, bold_best
+        As in :func:`to_markdown`; the best cells are ``\\textbf{...}``.
     caption : str or None, default None
         If given, the tabular is wrapped in a ``table`` environment with this
         ``\\caption``. The caption is inserted verbatim (it may contain LaTeX);
@@ -346,20 +362,12 @@ def to_latex(
         ``95.25 $\\pm$ 1.20`` and missing cells ``--``.
     """
     _check_decimals(decimals)
-    best = _best_rows(table, decimals) if bold_best else None
     header = " & ".join(["Method", *map(latex_escape, table.columns)])
-    body: list[str] = []
-    for i, method in enumerate(table.methods):
-        cells = [latex_escape(method)]
-        for j in range(len(table.columns)):
-            m, s = table.mean[i, j], table.std[i, j]
-            if np.isnan(m):
-                cells.append(_MISSING_TEX)
-                continue
-            text = f"{_fmt(m, decimals)} $\\pm$ {_fmt(s, decimals)}"
-            bold = best is not None and i in best[j]
-            cells.append(f"\\textbf{{{text}}}" if bold else text)
-        body.append(" & ".join(cells) + r" \\")
+    cells = _body(
+        table, decimals, bold_best, latex_escape, " $\\pm$ ",
+        lambda t: f"\\textbf{{{t}}}", _MISSING_TEX,
+    )  # fmt: skip
+    body = [" & ".join(row) + r" \\" for row in cells]
 
     tabular = [
         r"\begin{tabular}{l" + "c" * len(table.columns) + "}",

@@ -9,11 +9,13 @@
 - :mod:`~fedpath.mil.distill`: FedHD's one-to-one Gaussian-mixture feature
   alignment (design points 1-2) and the ablations (single Gaussian, mean only,
   many-to-one);
-- :mod:`~fedpath.mil.train`: local MIL training with the curriculum and GCE of
-  design point 3, and evaluation.
+- :mod:`~fedpath.mil.predict`: a model's class probabilities on bags (local
+  training, with FedHD's curriculum, is the slide-bag task's loop:
+  :mod:`fedpath.tasks.bags`).
 """
 
 from fedpath.mil import models_attention, transmil  # noqa: F401  (registration)
+from fedpath.mil.alignment import alignment_loss
 from fedpath.mil.bags import (
     BagDataset,
     SlideBag,
@@ -22,8 +24,8 @@ from fedpath.mil.bags import (
     synthetic_bags,
 )
 from fedpath.mil.distill import (
+    DistillOptions,
     DistillResult,
-    alignment_loss,
     compress_slides,
     distill_features,
     distill_slide,
@@ -31,12 +33,13 @@ from fedpath.mil.distill import (
 )
 from fedpath.mil.gmm import GMM, fit_gmm, fit_gmms
 from fedpath.mil.models import MIL_MODELS, MILModel, MILOutput, build_mil_model
-from fedpath.mil.train import evaluate_mil, train_mil
+from fedpath.mil.predict import evaluate_mil
 
 __all__ = [
     "GMM",
     "MIL_MODELS",
     "BagDataset",
+    "DistillOptions",
     "DistillResult",
     "MILModel",
     "MILOutput",
@@ -53,5 +56,4 @@ __all__ = [
     "load_clam_bags",
     "read_bag_file",
     "synthetic_bags",
-    "train_mil",
 ]

@@ -45,17 +45,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
+from fedpath.mil.alignment import (
+    Weighting,
+    allocate_tokens,
+    group_terms,
+    single_gaussian,
+    token_weights,
+)
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.gmm import GMM, Covariance, fit_gmm, fit_gmms
 
 Mode = Literal["gmm", "single", "mean"]
 Init = Literal["auto", "gmm", "random"]
-Weighting = Literal["uniform", "assigned"]
 
 
 @dataclass
@@ -69,166 +75,56 @@ class DistillResult:
     target: GMM
 
 
-def allocate_tokens(weights: Tensor, tokens: int, minimum: int = 2) -> Tensor:
-    """Split ``tokens`` over components in proportion to ``weights``.
+@dataclass(frozen=True)
+class DistillOptions:
+    """How slides are distilled (module docstring); defaults are FedHD's.
 
-    Every component first gets ``minimum`` tokens (lowered to ``tokens // M``
-    when there are too few), the rest is apportioned in proportion to the
-    weights by largest remainders. Sums to ``tokens`` exactly.
-    """
-    m = weights.shape[0]
-    floor_each = min(minimum, tokens // m)
-    rest = tokens - floor_each * m
-    w = weights.double().cpu().clamp_min(0)
-    share = w / w.sum() * rest
-    counts = share.floor().long()
-    short = rest - int(counts.sum())
-    if short > 0:
-        counts[torch.topk(share - counts, short).indices] += 1
-    return counts + floor_each
-
-
-def single_gaussian(x: Tensor, reg: float = 1e-4, diag: bool = False) -> GMM:
-    """The ML one-component GMM of ``x`` (the fixed point of EM for ``M = 1``)."""
-    x64 = x.double()
-    y = x64 - x64.mean(0)
-    if diag:
-        cov = (y.square().mean(0) + reg)[None]
-    else:
-        eye = torch.eye(x.shape[1], dtype=x64.dtype, device=x.device)
-        cov = (y.T @ y / x.shape[0] + reg * eye)[None]
-    kind: Covariance = "diag" if diag else "full"
-    g = GMM(x.new_ones(1), x64.mean(0)[None].to(x), cov.to(x), kind)
-    g.resp = x.new_ones(x.shape[0], 1)
-    g.log_likelihood = float(g.score_samples(x).mean())
-    return g
-
-
-def _group_terms(
-    tokens: Tensor,
-    group: Tensor,
-    means: Tensor,
-    covs: Tensor,
-    kind: Covariance,
-    covariance_term: bool,
-    sq: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    """Per group (component): mean term (+ covariance term) and token count."""
-    counts = torch.bincount(group, minlength=means.shape[0])
-    n = counts.clamp_min(1).to(tokens.dtype)
-    means, covs = means.to(tokens.dtype), covs.to(tokens.dtype)
-    mu_hat = tokens.new_zeros(means.shape).index_add(0, group, tokens) / n[:, None]
-    terms = (means - mu_hat).square().sum(1)
-    if covariance_term:
-        yc = tokens - mu_hat[group]
-        if kind == "diag":
-            var_hat = torch.zeros_like(mu_hat).index_add(0, group, yc.square())
-            terms = terms + (covs - var_hat / n[:, None]).square().sum(1)
-        else:
-            if sq is None:
-                sq = covs.double().square().flatten(1).sum(1)
-            cross, gram = _cov_products(yc, group, counts, covs)
-            terms = terms + sq.to(terms) - 2.0 * cross / n + gram / n**2
-    return terms, counts
-
-
-def _weights(counts: Tensor, weighting: Weighting, t_count: int) -> Tensor:
-    if weighting == "assigned":
-        return counts.float() / t_count
-    return (counts > 0).float()  # components without tokens drop out
-
-
-def alignment_loss(
-    tokens: Tensor,
-    assignment: Tensor,
-    target: GMM,
-    covariance_term: bool = True,
-    weighting: Weighting = "uniform",
-    cov_sq_norms: Tensor | None = None,
-) -> Tensor:
-    r"""FedHD's :math:`\mathcal L_{align}` of tokens assigned to ``target``'s
-    components (paper, design point 1).
-
-    ``weighting="uniform"`` is the paper's plain sum over components (a rare
-    component weighs as much as a common one); ``"assigned"`` weights each term
-    by the share of tokens assigned to it. ``covariance_term=False`` keeps only
-    the mean terms. ``cov_sq_norms`` (M,) caches :math:`\lVert\Sigma_m\rVert_F^2`.
-    """
-    terms, counts = _group_terms(
-        tokens, assignment, target.means, target.covs, target.covariance,
-        covariance_term, cov_sq_norms,
-    )  # fmt: skip
-    return (terms * _weights(counts, weighting, tokens.shape[0]).to(terms)).sum()
-
-
-class _SymmetricQuadratic(torch.autograd.Function):
-    """``sum((Y C) * Y)`` over the last two axes, for a constant symmetric ``C``.
-
-    Its gradient is ``2 Y C``, the product already formed in the forward pass,
-    so the backward needs no second ``(n, D) x (D, D)`` product (autograd would
-    redo one): half the matrix work of a distillation step at large ``D``.
+    ``components``: ``M`` of the real slide's GMM (mode ``"gmm"``); ``covariance``:
+    ``"full"`` or ``"diag"``; ``tokens``: ``T`` per synthetic slide; ``iters``:
+    Adam steps at learning rate ``lr`` (relative to the slide's feature scale,
+    cosine decay); ``mode``: ``"gmm"`` (FedHD), ``"single"`` (one Gaussian) or
+    ``"mean"`` (mean matching only); ``init``: ``"auto"`` (``"random"`` for
+    ``mode="mean"``, else ``"gmm"``), ``"gmm"`` or ``"random"``;
+    ``reassign_every``: iterations between token reassignments (0: fixed);
+    ``weighting``: of the component terms (:func:`alignment_loss`); ``reg``: added
+    to the fitted covariances' diagonal.
     """
 
-    @staticmethod
-    def forward(ctx: Any, y: Tensor, c: Tensor) -> Tensor:
-        p = y @ c
-        ctx.save_for_backward(p)
-        return (p * y).sum((-2, -1))
+    components: int = 16
+    covariance: Covariance = "full"
+    tokens: int = 1000
+    iters: int = 1000
+    lr: float = 0.05
+    mode: Mode = "gmm"
+    init: Init = "auto"
+    reassign_every: int = 0
+    weighting: Weighting = "uniform"
+    reg: float = 1e-4
 
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (p,) = ctx.saved_tensors
-        return 2.0 * p * grad[..., None, None], None
-
-
-def _cov_products(
-    yc: Tensor, group: Tensor, counts: Tensor, covs: Tensor
-) -> tuple[Tensor, Tensor]:
-    r"""Per group, :math:`\sum_i y_i^\top\Sigma_m y_i` and
-    :math:`\lVert Y_m^\top Y_m\rVert_F^2` of the centred tokens ``yc``.
-
-    Groups are zero-padded to a batch (few large kernels) unless padding
-    would more than double the ``(n, D) x (D, D)`` work of a large ``D``; then
-    a loop over contiguous slices of the sorted tokens.
-    """
-    m_count, (t_count, dim) = counts.shape[0], yc.shape
-    order = torch.argsort(group, stable=True)
-    seg, ys = group[order], yc[order]
-    starts = torch.cumsum(counts, 0) - counts
-    n_max = int(counts.max())
-    if dim <= 128 or m_count * n_max <= 2 * t_count:
-        pos = torch.arange(t_count, device=yc.device) - starts[seg]
-        yp = yc.new_zeros(m_count, n_max, dim).index_put((seg, pos), ys)
-        small = yp @ yp.transpose(1, 2) if n_max < dim else yp.transpose(1, 2) @ yp
-        return _SymmetricQuadratic.apply(yp, covs), small.square().sum((1, 2))
-    cross_l, gram_l = [], []
-    for m, (a, c) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
-        y = ys[a : a + c]
-        cross_l.append(_SymmetricQuadratic.apply(y, covs[m]))
-        small = y @ y.T if c < dim else y.T @ y
-        gram_l.append(small.square().sum())
-    return torch.stack(cross_l), torch.stack(gram_l)
+    def __post_init__(self) -> None:
+        if self.tokens < 1 or self.iters < 0 or self.lr <= 0:
+            raise ValueError(
+                f"need tokens >= 1, iters >= 0, lr > 0; got {self.tokens}, "
+                f"{self.iters}, {self.lr}"
+            )
+        if self.mode not in ("gmm", "single", "mean"):
+            raise ValueError(
+                f"mode must be 'gmm', 'single' or 'mean', got {self.mode!r}"
+            )
 
 
 def _target(
-    x: Tensor,
-    gmm: GMM | None,
-    mode: Mode,
-    components: int,
-    covariance: Covariance,
-    reg: float,
-    seed: int,
-    name: str | None,
+    x: Tensor, gmm: GMM | None, o: DistillOptions, seed: int, name: str | None
 ) -> GMM:
-    if mode not in ("gmm", "single", "mean"):
-        raise ValueError(f"mode must be 'gmm', 'single' or 'mean', got {mode!r}")
     if gmm is None:
-        if mode == "gmm":
-            return fit_gmm(x, components, covariance, reg=reg, seed=seed, name=name)
-        return single_gaussian(x, reg, diag=covariance == "diag")
-    if mode != "gmm" and gmm.num_components != 1:
+        if o.mode == "gmm":
+            return fit_gmm(
+                x, o.components, o.covariance, reg=o.reg, seed=seed, name=name
+            )
+        return single_gaussian(x, o.reg, diag=o.covariance == "diag")
+    if o.mode != "gmm" and gmm.num_components != 1:
         raise ValueError(
-            f"mode {mode!r} needs a one-component gmm, got {gmm.num_components}"
+            f"mode {o.mode!r} needs a one-component gmm, got {gmm.num_components}"
         )
     return gmm
 
@@ -237,24 +133,15 @@ def _optimise(
     xs: Sequence[Tensor],
     gmms: Sequence[GMM],
     seeds: Sequence[int],
-    tokens: int,
-    iters: int,
-    lr: float,
-    mode: Mode,
-    init: Init,
-    reassign_every: int,
-    weighting: Weighting,
+    o: DistillOptions,
 ) -> list[DistillResult]:
     """Distil slides with equally many components together (module docstring)."""
-    if tokens < 1 or iters < 0 or lr <= 0:
-        raise ValueError(
-            f"need tokens >= 1, iters >= 0, lr > 0; got {tokens}, {iters}, {lr}"
-        )
+    tokens, iters, mode, reassign_every = o.tokens, o.iters, o.mode, o.reassign_every
     s_count, m_count, kind = len(xs), gmms[0].num_components, gmms[0].covariance
     centre = torch.stack([x.mean(0) for x in xs])[:, None]  # (S, 1, D)
     scale = torch.stack([x.var(0, unbiased=False).mean().sqrt() for x in xs])
     scale = scale.clamp_min(1e-6)[:, None, None]
-    start = ("random" if mode == "mean" else "gmm") if init == "auto" else init
+    start = ("random" if mode == "mean" else "gmm") if o.init == "auto" else o.init
     first = []
     for x, g, seed in zip(xs, gmms, seeds, strict=True):
         gen = torch.Generator().manual_seed(seed)
@@ -266,7 +153,7 @@ def _optimise(
     if start != "gmm":
         init_tokens = init_tokens * scale
     u = ((init_tokens - centre) / scale).requires_grad_(True)
-    opt = torch.optim.Adam([u], lr=lr)
+    opt = torch.optim.Adam([u], lr=o.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda t: 0.5 * (1 + math.cos(math.pi * t / max(iters, 1)))
     )
@@ -283,11 +170,11 @@ def _optimise(
                 assign = torch.stack(
                     [g.predict(t) for g, t in zip(gmms, tok, strict=True)]
                 )
-        terms, counts = _group_terms(
+        terms, counts = group_terms(
             tok.flatten(0, 1), (assign + offset).flatten(), means, covs, kind,
             mode != "mean", sq,
         )  # fmt: skip
-        weight = _weights(counts, weighting, tokens).to(terms)
+        weight = token_weights(counts, o.weighting, tokens).to(terms)
         per_slide = (terms * weight).view(s_count, m_count).sum(1)
         history.append(per_slide.detach().tolist())
         if it == iters:
@@ -305,55 +192,36 @@ def _optimise(
 
 def distill_features(
     x: Tensor,
-    gmm: GMM | None = None,
-    components: int = 16,
-    covariance: Covariance = "full",
-    tokens: int = 1000,
-    iters: int = 1000,
-    lr: float = 0.05,
-    mode: Mode = "gmm",
-    seed: int = 0,
+    options: DistillOptions = DistillOptions(),
     *,
-    init: Init = "auto",
-    reassign_every: int = 0,
-    weighting: Weighting = "uniform",
-    reg: float = 1e-4,
+    gmm: GMM | None = None,
+    seed: int = 0,
     name: str | None = None,
 ) -> DistillResult:
     """Distil one slide's patch embeddings ``x`` (K, D) into ``tokens`` (T, D).
 
-    See the module docstring for the objective and the defaults. ``gmm`` is
-    the real slide's fitted mixture (fitted here when ``None``; in modes
-    ``"single"`` and ``"mean"`` it must have one component). Deterministic in
-    ``seed``.
+    See the module docstring for the objective and :class:`DistillOptions` for
+    the settings. ``gmm`` is the real slide's fitted mixture (fitted here when
+    ``None``, named ``name`` in its errors; in modes ``"single"`` and ``"mean"``
+    it must have one component). Deterministic in ``seed``.
     """
     x = x.to(torch.float32)
-    g = _target(x, gmm, mode, components, covariance, reg, seed, name)
-    return _optimise(
-        [x], [g], [seed], tokens, iters, lr, mode, init, reassign_every, weighting
-    )[0]
+    g = _target(x, gmm, options, seed, name)
+    return _optimise([x], [g], [seed], options)[0]
 
 
 def distill_slide(
     bag: SlideBag,
+    options: DistillOptions = DistillOptions(),
+    *,
     gmm: GMM | None = None,
-    components: int = 16,
-    covariance: Covariance = "full",
-    tokens: int = 1000,
-    iters: int = 1000,
-    lr: float = 0.05,
-    mode: Mode = "gmm",
     seed: int = 0,
-    **kwargs: Any,
 ) -> SlideBag:
     """One real slide -> its synthetic slide (same label and domain).
 
-    The id is ``<slide_id>-syn``; ``kwargs`` go to :func:`distill_features`.
+    The id is ``<slide_id>-syn``; see :func:`distill_features`.
     """
-    res = distill_features(
-        bag.features, gmm, components, covariance, tokens, iters, lr, mode, seed,
-        name=bag.slide_id, **kwargs,
-    )  # fmt: skip
+    res = distill_features(bag.features, options, gmm=gmm, seed=seed, name=bag.slide_id)
     return SlideBag(f"{bag.slide_id}-syn", res.tokens, bag.label, bag.domain)
 
 
@@ -362,7 +230,7 @@ def _batched(
     gmms: Sequence[GMM],
     seeds: Sequence[int],
     batch_size: int | None,
-    opts: dict[str, Any],
+    options: DistillOptions,
 ) -> list[DistillResult]:
     """Run :func:`_optimise` over batches of slides with equal ``M``."""
     d, m = xs[0].shape[1], max(g.num_components for g in gmms)
@@ -375,7 +243,7 @@ def _batched(
             idx = todo[b : b + batch_size]
             res = _optimise(
                 [xs[i] for i in idx], [gmms[i] for i in idx], [seeds[i] for i in idx],
-                **opts,
+                options,
             )  # fmt: skip
             for i, r in zip(idx, res, strict=True):
                 out[i] = r
@@ -384,44 +252,33 @@ def _batched(
 
 def distill_slides(
     bags: Sequence[SlideBag],
-    components: int = 16,
-    covariance: Covariance = "full",
-    tokens: int = 1000,
-    iters: int = 1000,
-    lr: float = 0.05,
-    mode: Mode = "gmm",
-    seed: int = 0,
+    options: DistillOptions = DistillOptions(),
     *,
-    init: Init = "auto",
-    reassign_every: int = 0,
-    weighting: Weighting = "uniform",
-    reg: float = 1e-4,
+    seed: int = 0,
     batch_size: int | None = None,
     too_few: Literal["error", "reduce"] = "error",
 ) -> list[SlideBag]:
     """One-to-one distillation of a client's slides (FedHD design point 2).
 
     Slide ``i``'s mixture is fitted and its tokens are drawn from seed
-    ``seed + i``; mixtures are fitted in batches (:func:`fit_gmms`) and
-    slides are distilled in batches of ``batch_size``
-    slides (default: by memory, 64 for small ``D``, 1 for ``D = 1024``) with
-    the same result as :func:`distill_slide` one by one.
+    ``seed + i``; mixtures are fitted in batches (:func:`fit_gmms`, ``too_few``:
+    what a slide with fewer patches than components does) and slides are
+    distilled in batches of ``batch_size`` slides (default: by memory, 64 for
+    small ``D``, 1 for ``D = 1024``) with the same result as
+    :func:`distill_slide` one by one.
     """
+    o = options
     xs = [b.features.to(torch.float32) for b in bags]
     seeds = [seed + i for i in range(len(bags))]
-    if mode == "gmm":
+    if o.mode == "gmm":
         names = [b.slide_id for b in bags]
         gmms = fit_gmms(
-            xs, components, covariance, reg=reg, seed=seeds, names=names,
+            xs, o.components, o.covariance, reg=o.reg, seed=seeds, names=names,
             too_few=too_few,
         )  # fmt: skip
     else:
-        gmms = [_target(x, None, mode, 1, covariance, reg, seed, None) for x in xs]
-    opts = {
-        "tokens": tokens, "iters": iters, "lr": lr, "mode": mode, "init": init,
-        "reassign_every": reassign_every, "weighting": weighting,
-    }  # fmt: skip
-    res = _batched(xs, gmms, seeds, batch_size, opts)
+        gmms = [_target(x, None, o, seed, None) for x in xs]
+    res = _batched(xs, gmms, seeds, batch_size, o)
     return [
         SlideBag(f"{b.slide_id}-syn", r.tokens, b.label, b.domain)
         for b, r in zip(bags, res, strict=True)
@@ -431,16 +288,10 @@ def distill_slides(
 def compress_slides(
     bags: Sequence[SlideBag],
     per_class: int,
-    components: int = 16,
-    covariance: Covariance = "full",
-    tokens: int = 1000,
-    iters: int = 1000,
-    lr: float = 0.05,
-    mode: Mode = "gmm",
-    seed: int = 0,
+    options: DistillOptions = DistillOptions(),
     *,
+    seed: int = 0,
     max_pool_patches: int | None = 50_000,
-    reg: float = 1e-4,
     batch_size: int | None = None,
 ) -> list[SlideBag]:
     """Many-to-one ablation: pool each class's slides, distil ``per_class`` slides.
@@ -452,23 +303,20 @@ def compress_slides(
     """
     if per_class < 1:
         raise ValueError(f"per_class must be >= 1, got {per_class}")
+    o = options
     domain = "+".join(sorted({b.domain for b in bags}))
-    opts = {
-        "tokens": tokens, "iters": iters, "lr": lr, "mode": mode, "init": "auto",
-        "reassign_every": 0, "weighting": "uniform",
-    }  # fmt: skip
     out = []
     for label in sorted({b.label for b in bags}):
         pool = torch.cat([b.features for b in bags if b.label == label]).float()
-        if mode == "gmm":
+        if o.mode == "gmm":
             g = fit_gmm(
-                pool, components, covariance, reg=reg, seed=seed,
+                pool, o.components, o.covariance, reg=o.reg, seed=seed,
                 max_patches=max_pool_patches, name=f"{domain} class {label}",
             )  # fmt: skip
         else:
-            g = single_gaussian(pool, reg, diag=covariance == "diag")
+            g = single_gaussian(pool, o.reg, diag=o.covariance == "diag")
         seeds = [seed + i for i in range(per_class)]
-        res = _batched([pool] * per_class, [g] * per_class, seeds, batch_size, opts)
+        res = _batched([pool] * per_class, [g] * per_class, seeds, batch_size, o)
         out += [
             SlideBag(f"{domain}-class{label}-syn{i}", r.tokens, label, domain)
             for i, r in enumerate(res)

@@ -7,22 +7,26 @@ name (the paper's clients mix CLAM, TransMIL and ACMIL, Table 1). The models
 themselves live in :mod:`fedpath.mil.models_attention` (ABMIL, CLAM-SB/MB,
 ACMIL) and :mod:`fedpath.mil.transmil`.
 
-Training objective of every model, as :func:`fedpath.mil.train.train_mil` forms
-it: ``CE(logits, y) + aux_loss``; a model puts its own extra losses (CLAM's
-instance clustering, ACMIL's sub-predictions and diversity) in ``aux_loss`` when
-it is in training mode and given the label.
+Training objective of every model, as the MIL algorithms form it:
+``CE(logits, y) + aux_loss``; a model puts its own extra losses (CLAM's instance
+clustering, ACMIL's sub-predictions and diversity) in ``aux_loss`` when it is in
+training mode and given the label.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, is_dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from torch import Tensor, nn
 
 from fedpath.config import resolve_params
-from fedpath.registry import Registry
+from fedpath.registry import MIL_MODELS
+from fedpath.schema import Range
+
+#: A dropout rate field of a model's params: 1 would zero every activation.
+Dropout = Annotated[float, Range(0, 1, hi_open=True)]
 
 
 @dataclass
@@ -86,9 +90,6 @@ class MILModel(nn.Module):
 
 
 MILFactory = Callable[[Any, int, int], MILModel]
-
-#: Registered MIL models: ``factory(params, in_dim, num_classes) -> MILModel``.
-MIL_MODELS: Registry[MILFactory] = Registry("mil model")
 
 
 def build_mil_model(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -18,21 +19,25 @@ from torch import Tensor, nn
 
 from fedpath.mil.models import (
     MIL_MODELS,
+    Dropout,
     GatedAttention,
     MILModel,
     MILOutput,
     feature_reduction,
     label_index,
 )
+from fedpath.schema import Checked, Ge, Range
 
 
 @dataclass(frozen=True)
-class ABMILParams:
+class ABMILParams(Checked):
     """ABMIL; ``hidden=None`` attends on the raw features (FedWSIDD's ABMIL)."""
 
-    hidden: int | None = 512
-    attn_dim: int = 256
-    dropout: float = 0.25
+    config_section = "model.params"
+
+    hidden: Annotated[int | None, Ge(1)] = 512
+    attn_dim: Annotated[int, Ge(1)] = 256
+    dropout: Dropout = 0.25
     gated: bool = True
 
 
@@ -62,14 +67,19 @@ class ABMIL(MILModel):
 
 
 @dataclass(frozen=True)
-class CLAMParams:
-    """CLAM (Lu et al. 2021) defaults: B = 8 instances, bag weight 0.7."""
+class CLAMParams(Checked):
+    """CLAM (Lu et al. 2021) defaults: B = 8 instances, bag weight 0.7.
 
-    hidden: int = 512
-    attn_dim: int = 256
-    dropout: float = 0.25
-    k_sample: int = 8
-    bag_weight: float = 0.7
+    ``k_sample=0`` or ``bag_weight=1`` switch the instance clustering off.
+    """
+
+    config_section = "model.params"
+
+    hidden: Annotated[int, Ge(1)] = 512
+    attn_dim: Annotated[int, Ge(1)] = 256
+    dropout: Dropout = 0.25
+    k_sample: Annotated[int, Ge(0)] = 8
+    bag_weight: Annotated[float, Range(0, 1, lo_open=True)] = 0.7
     subtyping: bool = False
     gated: bool = True
 
@@ -99,8 +109,6 @@ class CLAM(MILModel):
         self, p: CLAMParams, in_dim: int, num_classes: int, multi_branch: bool
     ) -> None:
         super().__init__(in_dim, num_classes)
-        if not 0.0 < p.bag_weight <= 1.0:
-            raise ValueError(f"bag_weight must be in (0, 1], got {p.bag_weight}")
         self.p = p
         self.multi_branch = multi_branch
         branches = num_classes if multi_branch else 1
@@ -174,15 +182,20 @@ def clam_mb(p: CLAMParams, in_dim: int, num_classes: int) -> MILModel:
 
 
 @dataclass(frozen=True)
-class ACMILParams:
-    """ACMIL (Zhang et al. 2024) defaults: 5 branches, STKIM top-10, drop 0.6."""
+class ACMILParams(Checked):
+    """ACMIL (Zhang et al. 2024) defaults: 5 branches, STKIM top-10, drop 0.6.
 
-    hidden: int = 256
-    attn_dim: int = 128
-    n_token: int = 5
-    n_masked_patch: int = 10
-    mask_drop: float = 0.6
-    dropout: float = 0.0
+    ``mask_drop < 1`` so that STKIM leaves every branch a patch to attend to.
+    """
+
+    config_section = "model.params"
+
+    hidden: Annotated[int, Ge(1)] = 256
+    attn_dim: Annotated[int, Ge(1)] = 128
+    n_token: Annotated[int, Ge(1)] = 5
+    n_masked_patch: Annotated[int, Ge(0)] = 10
+    mask_drop: Annotated[float, Range(0, 1, hi_open=True)] = 0.6
+    dropout: Dropout = 0.0
 
 
 class ACMIL(MILModel):
@@ -203,11 +216,6 @@ class ACMIL(MILModel):
 
     def __init__(self, p: ACMILParams, in_dim: int, num_classes: int) -> None:
         super().__init__(in_dim, num_classes)
-        if p.n_token < 1 or not 0.0 <= p.mask_drop < 1.0:
-            raise ValueError(
-                f"ACMIL needs n_token >= 1 and mask_drop in [0, 1), got "
-                f"{p.n_token}, {p.mask_drop}"
-            )
         self.p = p
         self.fc = feature_reduction(in_dim, p.hidden, p.dropout, bias=False)
         self.attention = GatedAttention(p.hidden, p.attn_dim, p.n_token, p.dropout)

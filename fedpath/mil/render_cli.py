@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -40,6 +39,7 @@ from rich.console import Console
 from fedpath.config import ConfigError
 from fedpath.data.base import DataError, Split
 from fedpath.mil.decoder import EpochCallback
+from fedpath.utils.cli_args import add_overrides, add_quiet, is_quiet
 
 
 def _demo_config() -> Path:
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "use dotted keys, e.g. data.params.image_size=32.",
     )
     p.add_argument("--config", type=Path, help="experiment YAML (default: the demo's)")
-    p.add_argument("overrides", nargs="*", metavar="key=value")
+    add_overrides(p)
     p.add_argument("--out", type=Path, required=True, help="output PNG file")
     p.add_argument("--domain", help="domain (hospital/scanner); default: the first")
     p.add_argument(
@@ -96,9 +96,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--columns", type=int, default=8, help="patches per row (default 8)")
     p.add_argument("--seed", type=int, default=0, help="default 0")
-    p.add_argument(
-        "--quiet", "-q", action="store_true", help="no progress bars or status lines"
-    )
+    add_quiet(p, "no progress bars or status lines")
     p.set_defaults(fedhd_render_handler=handler)
 
 
@@ -155,7 +153,7 @@ def _embed(
 ) -> torch.Tensor:
     """Train the backbone briefly on ``data``'s labels (or load weights); encode."""
     from fedpath.models.backbones import build_model
-    from fedpath.runtime.local import encode_split, train_local
+    from fedpath.tasks.images import encode_images, fit_images
 
     model_cfg = cfg.model
     if args.weights is not None:
@@ -178,11 +176,11 @@ def _embed(
                 if cb is not None:
                     cb(done, total, float("nan"))
 
-            train_local(
-                model, data, train_cfg, ce, round_idx=1, seed=args.seed,
+            fit_images(
+                model, data, ce, train_cfg, round_idx=1, seed=args.seed,
                 device=device, on_epoch=on_epoch,
             )  # fmt: skip
-    feats = encode_split(model, data, cfg.train.eval_batch_size, device)
+    feats = encode_images(model, data, cfg.train.eval_batch_size, device)
     return torch.from_numpy(feats).float()
 
 
@@ -203,10 +201,11 @@ def handler(args: argparse.Namespace) -> int:
     from fedpath.config import load_config
     from fedpath.mil.bags import SlideBag
     from fedpath.mil.decoder import render, save_grid, spread, train_decoder
-    from fedpath.mil.distill import distill_slides
+    from fedpath.mil.distill import DistillOptions, distill_slides
     from fedpath.runtime.experiment import load_dataset
+    from fedpath.tasks import require_kind
 
-    quiet = bool(args.quiet) or os.environ.get("FEDPATH_QUIET") == "1"
+    quiet = is_quiet(args)
     console = Console(quiet=quiet, soft_wrap=True)
     _check_args(args)
     t0 = time.perf_counter()
@@ -214,11 +213,7 @@ def handler(args: argparse.Namespace) -> int:
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     ds = load_dataset(cfg.data)
-    if ds.kind != "images":
-        raise ConfigError(
-            f"data.name: fedhd-render needs an image dataset (patches to decode), "
-            f"got {cfg.data.name!r} holding {ds.kind}"
-        )
+    require_kind(ds, "images", "data.name: fedhd-render (patches to decode)")
     domain = args.domain or ds.domains[0]
     ds.check_domain(domain)
     data = ds.split(domain, "all")
@@ -235,10 +230,13 @@ def handler(args: argparse.Namespace) -> int:
     rows = np.flatnonzero(data.slides == slide)
     labels = data.labels[rows]
     bag = SlideBag(slide, emb[rows], int(np.bincount(labels).argmax()), domain)
-    syn = distill_slides(
-        [bag], components=args.components, covariance=args.covariance,
-        tokens=args.tokens, iters=args.iters, seed=args.seed, too_few="reduce",
-    )[0]  # fmt: skip
+    opts = DistillOptions(
+        components=args.components,
+        covariance=args.covariance,
+        tokens=args.tokens,
+        iters=args.iters,
+    )
+    syn = distill_slides([bag], opts, seed=args.seed, too_few="reduce")[0]
     console.print(
         f"distilled slide {slide} ({bag.num_patches} patches, D={bag.dim}) into "
         f"{syn.num_patches} tokens"

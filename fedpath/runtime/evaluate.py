@@ -12,14 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
-from fedpath.config import ConfigError, ExperimentConfig
+from fedpath.config import ExperimentConfig
 from fedpath.data.base import DomainDataset, Split
 from fedpath.data.partition import LodoFold
-from fedpath.evaluation.metrics import classification_metrics, worst_group
-from fedpath.runtime.local import encode_split, predict_split
+from fedpath.evaluation.groups import worst_group
+from fedpath.tasks import Task
 
 #: ``record(kind, domain, metrics)`` writes one evaluation line
 Record = Callable[[str, str, Mapping[str, Any]], None]
@@ -53,27 +52,13 @@ def eval_splits(
     return splits
 
 
-def split_metrics(
-    model: nn.Module, split: Split, batch_size: int, device: torch.device
-) -> dict[str, Any]:
-    """Classification metrics of ``model`` on ``split`` plus its size ``n``."""
-    probs = predict_split(model, split, batch_size, device)
-    metrics: dict[str, Any] = dict(classification_metrics(split.labels, probs))
-    metrics["n"] = len(split)
-    return metrics
-
-
 def evaluate_classifier(
-    model: nn.Module,
-    splits: Splits,
-    batch_size: int,
-    device: torch.device,
-    record: Record,
+    task: Task, model: nn.Module, splits: Splits, record: Record
 ) -> dict[str, Any]:
     """The global model's metrics on the target and on each source's test split."""
     out: dict[str, Any] = {"target": {}, "source": {}}
     for (kind, domain), split in splits.items():
-        metrics = split_metrics(model, split, batch_size, device)
+        metrics = task.evaluate(model, split)
         record(kind, domain, metrics)
         if kind == "target":
             out["target"] = metrics
@@ -89,29 +74,23 @@ def evaluate_classifier(
 
 
 def evaluate_probe(
+    task: Task,
     model: nn.Module,
     splits: Splits,
     cfg: ExperimentConfig,
     seed: int,
-    device: torch.device,
     record: Record,
 ) -> dict[str, Any]:
     """Freeze the global encoder; probe the target domain (FedAD, Section 5)."""
     from fedpath.evaluation.probe import linear_probe
 
-    if splits and next(iter(splits.values())).store.kind == "bags":
-        raise ConfigError(
-            "evaluation.protocol 'linear_probe' needs an image dataset (an "
-            "encoder to freeze); this dataset holds slide bags"
-        )
     (t,) = {d for kind, d in splits if kind == "target"}
     train, test = splits[("probe_train", t)], splits[("target", t)]
-    bs = cfg.train.eval_batch_size
     ev = cfg.evaluation
     metrics = linear_probe(
-        encode_split(model, train, bs, device),
+        task.encode(model, train),
         train.labels,
-        encode_split(model, test, bs, device),
+        task.encode(model, test),
         test.labels,
         folds=ev.probe_folds,
         max_iter=ev.probe_max_iter,

@@ -16,25 +16,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedpath import __version__
-from fedpath.algorithms.base import (
-    ALGORITHMS,
-    ClientContext,
-    ServerContext,
-    derive_seed,
-)
-from fedpath.artifact import ModelMeta, save_model
-from fedpath.config import ConfigError, ExperimentConfig, resolve_params
-from fedpath.data.bags import BagStore
+from fedpath.algorithms.base import ClientAlgorithm, derive_seed
+from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import ClientData, LodoFold, make_clients
-from fedpath.models.backbones import FedModel, build_model
+from fedpath.runtime.context import RunContext
 from fedpath.runtime.evaluate import (
     eval_splits,
     evaluate_classifier,
@@ -55,10 +48,6 @@ from fedpath.runtime.persistence import (  # noqa: F401  (re-exported names)
 from fedpath.types import ArrayDict, ClientState, Payload
 from fedpath.utils.io import append_jsonl, atomic_write_text
 from fedpath.utils.progress import Reporter
-
-if TYPE_CHECKING:
-    from fedpath.mil.models import MILModel
-
 
 log = logging.getLogger("fedpath")
 
@@ -89,25 +78,8 @@ class InProcessRun:
         self.seed = seed
         self.run_dir = run_dir
         self.reporter = reporter or Reporter()
-        self.device = torch.device(cfg.runtime.device)
-        self.spec = ALGORITHMS.get(cfg.algorithm.name)
-        if self.spec.data != dataset.kind:
-            raise ConfigError(
-                f"config key 'algorithm.name': {cfg.algorithm.name!r} trains on "
-                f"{self.spec.data}, but dataset {dataset.name!r} holds "
-                f"{dataset.kind}; algorithms for {dataset.kind}: "
-                + ", ".join(
-                    n
-                    for n in ALGORITHMS.names()
-                    if ALGORITHMS.get(n).data == dataset.kind
-                )
-            )
-        schema = ALGORITHMS.params(cfg.algorithm.name)
-        self.params = (
-            resolve_params(schema, cfg.algorithm.params, "algorithm.params")
-            if schema
-            else None
-        )
+        self.run_ctx = RunContext.build(cfg, dataset)
+        self.task = self.run_ctx.task
         self.clients: list[ClientData] = make_clients(
             dataset, fold.sources, cfg.partition, seed
         )
@@ -115,51 +87,30 @@ class InProcessRun:
         self.states: dict[str, ClientState] = {
             c.client_id: ClientState() for c in self.clients
         }
-        self.bags = dataset.kind == "bags"
         torch.manual_seed(derive_seed(seed, "init"))
-        initial: nn.Module = self.build_mil(None) if self.bags else self.build_model()
+        initial: nn.Module = self.task.build_model()
         self.eval_model = initial
-        self.server = self.spec.server(
-            self.params,
-            ServerContext(
-                initial_weights={
-                    k: v.detach().cpu().numpy().copy()
-                    for k, v in initial.state_dict().items()
-                },
-                client_ids=[c.client_id for c in self.clients],
-                client_domains={c.client_id: c.domain for c in self.clients},
-                rounds=cfg.train.rounds,
-                seed=seed,
-                build_model=self.build_model,
-                build_mil=self.build_mil if self.bags else None,
-                local_epochs=cfg.train.local_epochs,
-            ),
+        self.server = self.run_ctx.server_half(
+            initial_weights={
+                k: v.detach().cpu().numpy().copy()
+                for k, v in initial.state_dict().items()
+            },
+            clients=self.clients,
+            seed=seed,
         )
         self.eval_splits = eval_splits(cfg, dataset, fold)
         self._last_eval: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ set-up
 
-    def build_model(self) -> FedModel:
-        if self.dataset.kind == "bags":
-            raise ConfigError(
-                f"config key 'algorithm.name': {self.cfg.algorithm.name!r} trains "
-                f"image models, but dataset {self.dataset.name!r} holds slide bags; "
-                "choose a bag algorithm (fedhd, fedavg_mil, fedprox_mil, local_mil...)"
-            )
-        return build_model(self.cfg.model, self.dataset.num_classes)
-
-    def build_mil(self, name: str | None = None) -> MILModel:
-        """The configured MIL model (``name=None``) or another registered one."""
-        from fedpath.mil.models import mil_builder
-
-        store = self.dataset.store
-        assert isinstance(store, BagStore)
-        model = self.cfg.model
-        build = mil_builder(
-            model.backbone, model.params, store.dim, self.dataset.num_classes
+    def client_half(
+        self, cid: str, rnd: int, progress: bool = False
+    ) -> ClientAlgorithm[Any]:
+        """A fresh client half of ``cid`` for round ``rnd``."""
+        on_epoch = self.reporter.epoch if progress else None
+        return self.run_ctx.client_half(
+            self.by_id[cid], round=rnd, seed=self.seed, on_epoch=on_epoch
         )
-        return build(name)
 
     def sample_clients(self, rnd: int) -> list[str]:
         ids = [c.client_id for c in self.clients]
@@ -314,29 +265,10 @@ class InProcessRun:
 
     def _call_client(self, cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
         self.reporter.start_client(cid, self.cfg.train.local_epochs)
-        ctx = self._client_context(cid, rnd)
-        reply = self.spec.client(self.params, ctx).handle(
-            stage, payload, self.states[cid]
-        )
+        half = self.client_half(cid, rnd, progress=True)
+        reply = half.handle(stage, payload, self.states[cid])
         self.reporter.end_client()
         return reply
-
-    def _client_context(self, cid: str, rnd: int) -> ClientContext:
-        data = self.by_id[cid]
-        return ClientContext(
-            client_id=cid,
-            domain=data.domain,
-            data=data.train,
-            num_classes=self.dataset.num_classes,
-            build_model=self.build_model,
-            train=self.cfg.train,
-            round=rnd,
-            seed=self.seed,
-            device=self.device,
-            on_epoch=self.reporter.epoch,
-            test=data.test,
-            build_mil=self.build_mil if self.bags else None,
-        )
 
     # ------------------------------------------------------------------ evaluation
 
@@ -355,14 +287,11 @@ class InProcessRun:
         if self.cfg.evaluation.protocol == "linear_probe":
             seed = derive_seed(self.seed, "probe")
             out["target"] = evaluate_probe(
-                self.eval_model, self.eval_splits, self.cfg, seed, self.device, record
+                self.task, self.eval_model, self.eval_splits, self.cfg, seed, record
             )
             return out
-        batch = self.cfg.train.eval_batch_size
         out.update(
-            evaluate_classifier(
-                self.eval_model, self.eval_splits, batch, self.device, record
-            )
+            evaluate_classifier(self.task, self.eval_model, self.eval_splits, record)
         )
         return out
 
@@ -398,8 +327,7 @@ class InProcessRun:
         (Flower: an evaluation stage on the nodes)."""
         out: dict[str, Mapping[str, Any]] = {}
         for cid in sorted(self.by_id):
-            client = self.spec.client(self.params, self._client_context(cid, rnd))
-            out[cid] = client.evaluate(
+            out[cid] = self.client_half(cid, rnd).evaluate(
                 self.server.evaluate_payload(cid), self.states[cid]
             )
         return out
@@ -430,26 +358,18 @@ class InProcessRun:
 
     def _save_final(self, record: Mapping[str, Any]) -> None:
         weights = self.server.global_weights()
-        # model.fpm describes image classifiers; MIL models are not exported yet
-        if weights is not None and self.cfg.runtime.export_model and not self.bags:
+        if weights is not None and self.cfg.runtime.export_model:
             self._load_eval_weights(weights)
-            model = self.eval_model
-            assert isinstance(model, FedModel)
-            save_model(
+            # the task says whether its models export (MIL models: not yet)
+            self.task.export(
                 self.run_dir / MODEL,
-                model,
-                ModelMeta(
-                    backbone=self.cfg.model.backbone,
-                    backbone_params=dict(self.cfg.model.params),
-                    class_names=list(self.dataset.classes),
-                    image_size=self.dataset.image_size,
-                    mean=model.mean.flatten().tolist(),
-                    std=model.std.flatten().tolist(),
-                    config_hash=self.cfg.hash(),
-                    method=self.cfg.method,
-                    trained_on=list(self.fold.sources),
-                    held_out=self.fold.target,
-                    seed=self.seed,
-                ),
+                self.eval_model,
+                {
+                    "config_hash": self.cfg.hash(),
+                    "method": self.cfg.method,
+                    "trained_on": list(self.fold.sources),
+                    "held_out": self.fold.target,
+                    "seed": self.seed,
+                },
             )
         save_final(self.run_dir, record)

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+
+from fedpath.schema import Check, Checked, Probability, Range
 
 _GRAY = (0.299, 0.587, 0.114)
 _RGB2YIQ = torch.tensor(
@@ -40,36 +43,32 @@ _RGB2YIQ = torch.tensor(
 _YIQ2RGB = torch.linalg.inv(_RGB2YIQ)
 
 
+#: a probability of applying one step of the pipeline
+Chance = Annotated[float, Probability]
+#: a colour-jitter strength: the factor is drawn from [1 - s, 1 + s]
+Strength = Annotated[float, Range(0, 1)]
+
+
+def _sigma_range(pair: tuple[float, float]) -> bool:
+    return len(pair) == 2 and 0 < pair[0] <= pair[1] < math.inf
+
+
 @dataclass(frozen=True)
-class SimCLRAugment:
+class SimCLRAugment(Checked):
     """Parameters of T(.) (defaults: FedAD Section 5.2 / SimCLR)."""
 
-    crop_min_scale: float = 0.08
-    flip_p: float = 0.5
-    jitter_p: float = 0.8
-    brightness: float = 0.4
-    contrast: float = 0.4
-    saturation: float = 0.4
-    hue: float = 0.1
-    gray_p: float = 0.2
-    blur_p: float = 0.5
-    blur_sigma: tuple[float, float] = (0.1, 2.0)
-
-    def __post_init__(self) -> None:
-        for name, lo, hi in (
-            ("crop_min_scale", 1e-6, 1.0),
-            ("flip_p", 0.0, 1.0),
-            ("jitter_p", 0.0, 1.0),
-            ("gray_p", 0.0, 1.0),
-            ("blur_p", 0.0, 1.0),
-            ("brightness", 0.0, 1.0),
-            ("contrast", 0.0, 1.0),
-            ("saturation", 0.0, 1.0),
-            ("hue", 0.0, 0.5),
-        ):
-            value = getattr(self, name)
-            if not (lo <= value <= hi):
-                raise ValueError(f"augmentation {name} must lie in [{lo}, {hi}]")
+    crop_min_scale: Annotated[float, Range(1e-6, 1)] = 0.08
+    flip_p: Chance = 0.5
+    jitter_p: Chance = 0.8
+    brightness: Strength = 0.4
+    contrast: Strength = 0.4
+    saturation: Strength = 0.4
+    hue: Annotated[float, Range(0, 0.5)] = 0.1  # a rotation of at most half a turn
+    gray_p: Chance = 0.2
+    blur_p: Chance = 0.5
+    blur_sigma: Annotated[
+        tuple[float, float], Check("(lo, hi) with 0 < lo <= hi", _sigma_range)
+    ] = (0.1, 2.0)
 
     def __call__(
         self, images: torch.Tensor, generator: torch.Generator

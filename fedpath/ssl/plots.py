@@ -114,27 +114,23 @@ def plot_ssl(paths: Sequence[Path], out: Path, title: str | None = None) -> Path
 
     ax = axes[2]
     twin = ax.twinx()
+    traces = (  # Delta_t on the left axis, lambda_t on the right one
+        (ax, "fit/delta", "tab:orange", "o", "Delta"),
+        (twin, "fit/lambda", "tab:blue", "s", "lambda"),
+    )
     for i, method in enumerate(
         sorted(m for m, k in curves.items() if "fit/delta" in k)
     ):
-        ls = styles[i % len(styles)]
-        ax.plot(
-            *_xy(curves[method]["fit/delta"]),
-            ls=ls,
-            color="tab:orange",
-            marker="o",
-            ms=3,
-            label=f"{method}: Delta",
-        )
-        if "fit/lambda" in curves[method]:
-            twin.plot(
-                *_xy(curves[method]["fit/lambda"]),
-                ls=ls,
-                color="tab:blue",
-                marker="s",
-                ms=3,
-                label=f"{method}: lambda",
-            )
+        for axis, key, color, marker, name in traces:
+            if key in curves[method]:
+                axis.plot(
+                    *_xy(curves[method][key]),
+                    ls=styles[i % len(styles)],
+                    color=color,
+                    marker=marker,
+                    ms=3,
+                    label=f"{method}: {name}",
+                )
     ax.set(xlabel="round", title="ATSA: instability and alignment weight")
     ax.set_ylabel("instability Delta_t (Eq. 5)", color="tab:orange")
     twin.set_ylabel("alignment weight lambda_t (Eq. 6)", color="tab:blue")

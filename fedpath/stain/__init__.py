@@ -7,7 +7,8 @@ used); everything is vectorized over the batch and NaN-free, including on consta
 
 * :mod:`~fedpath.stain.color` -- RGB <-> CIE LAB / HED colour spaces.
 * :mod:`~fedpath.stain.moments` -- per-channel moments and FedStain Table V pairs.
-* :mod:`~fedpath.stain.shape` -- monotone skewness/kurtosis matching, restyling.
+* :mod:`~fedpath.stain.shape` -- monotone skewness/kurtosis matching (its budget:
+  :class:`~fedpath.stain.shape.ShapeFit`), restyling.
 * :mod:`~fedpath.stain.randstain` -- Level-1 RandStain (Eq. 1) and its pool.
 * :mod:`~fedpath.stain.mixstyle` -- MixStyle with higher-order statistics (Alg. 1).
 * :mod:`~fedpath.stain.augmix` -- geometric AugMix (Level 2 morphology).
@@ -25,15 +26,24 @@ from fedpath.stain.moments import (
     image_statistics,
 )
 from fedpath.stain.randstain import StatPool, randstain, randstain_in_space
-from fedpath.stain.shape import fit_sinh_arcsinh, match_shape, restyle, sinh_arcsinh
+from fedpath.stain.shape import (
+    ACCURATE_FIT,
+    ShapeFit,
+    fit_sinh_arcsinh,
+    match_shape,
+    restyle,
+    sinh_arcsinh,
+)
 
 __all__ = [
+    "ACCURATE_FIT",
     "AUGMIX_OPS",
     "COLOR_SPACES",
     "STAT_KINDS",
     "STAT_NAMES",
     "ColorSpace",
     "Moments",
+    "ShapeFit",
     "StatKind",
     "StatPool",
     "augmix",

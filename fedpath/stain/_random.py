@@ -40,6 +40,12 @@ def check_generator(generator: object) -> torch.Generator:
     return generator
 
 
+def _to(draws: Tensor, device: torch.device | str | None) -> Tensor:
+    """``draws`` (made on the generator's device) moved to ``device`` if given:
+    the same generator state gives the same values wherever the data lives."""
+    return draws.to(device) if device is not None else draws
+
+
 def rand(
     shape: tuple[int, ...],
     generator: torch.Generator,
@@ -47,8 +53,8 @@ def rand(
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """Uniform draws on ``[0, 1)`` of ``shape``."""
-    out = torch.rand(shape, generator=generator, device=generator.device, dtype=dtype)
-    return out.to(device) if device is not None else out
+    g = generator
+    return _to(torch.rand(shape, generator=g, device=g.device, dtype=dtype), device)
 
 
 def randn(
@@ -58,8 +64,8 @@ def randn(
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """Standard normal draws of ``shape``."""
-    out = torch.randn(shape, generator=generator, device=generator.device, dtype=dtype)
-    return out.to(device) if device is not None else out
+    g = generator
+    return _to(torch.randn(shape, generator=g, device=g.device, dtype=dtype), device)
 
 
 def randint(
@@ -69,8 +75,8 @@ def randint(
     device: torch.device | str | None = None,
 ) -> Tensor:
     """Integers uniform on ``{0, ..., high - 1}`` of ``shape`` (int64)."""
-    out = torch.randint(high, shape, generator=generator, device=generator.device)
-    return out.to(device) if device is not None else out
+    g = generator
+    return _to(torch.randint(high, shape, generator=g, device=g.device), device)
 
 
 def sample_log_gamma(concentration: Tensor, generator: torch.Generator) -> Tensor:
@@ -141,8 +147,7 @@ def sample_beta(
     conc_b = torch.full(shape, float(beta), dtype=torch.float64, device=dev)
     log_a = sample_log_gamma(conc_a, generator)
     log_b = sample_log_gamma(conc_b, generator)
-    out = torch.sigmoid(log_a - log_b).to(dtype)
-    return out.to(device) if device is not None else out
+    return _to(torch.sigmoid(log_a - log_b).to(dtype), device)
 
 
 def sample_dirichlet(
@@ -162,5 +167,5 @@ def sample_dirichlet(
     conc = torch.full(
         (n, k), float(alpha), dtype=torch.float64, device=generator.device
     )
-    out = torch.softmax(sample_log_gamma(conc, generator), dim=1).to(dtype)
-    return out.to(device) if device is not None else out
+    weights = torch.softmax(sample_log_gamma(conc, generator), dim=1)
+    return _to(weights.to(dtype), device)

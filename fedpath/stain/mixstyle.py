@@ -37,11 +37,13 @@ from fedpath.stain.moments import (
     image_statistics,
 )
 from fedpath.stain.randstain import StatPool
-from fedpath.stain.shape import match_shape, restyle
+from fedpath.stain.shape import ACCURATE_FIT, ShapeFit, match_shape, restyle
 
 __all__ = ["mixstyle", "mixstyle_features"]
 
 MixMode = Literal["sound", "paper"]
+#: mixstyle_features' default budget: 4 iterations, the rest as ACCURATE_FIT
+FEATURE_FIT = ShapeFit(iters=4)
 
 
 def mixstyle(
@@ -52,9 +54,7 @@ def mixstyle(
     space: ColorSpace | None = None,
     mode: MixMode = "sound",
     kind: StatKind | None = None,
-    iters: int = 8,
-    max_fit_pixels: int | None = 4096,
-    refine_iters: int = 2,
+    shape_fit: ShapeFit = ACCURATE_FIT,
 ) -> Tensor:
     """Cross-client pixel-level MixStyle (FedStain Algorithm 1).
 
@@ -93,10 +93,8 @@ def mixstyle(
     kind : str or None
         Statistic kind to mix; ``None`` uses ``pool.kind``; must equal it otherwise.
         ``mode="paper"`` needs ``"moments"`` or ``"skew_kurt"``.
-    iters : int
-        :func:`match_shape` iterations for the shape kinds.
-    max_fit_pixels, refine_iters : int or None, int
-        Shape-fit budget (see :func:`fedpath.stain.shape.fit_sinh_arcsinh`).
+    shape_fit : ShapeFit
+        Budget of :func:`match_shape` for the shape kinds.
 
     Returns
     -------
@@ -133,15 +131,7 @@ def mixstyle(
             own = image_statistics(ya, kind)
             lam3 = lam[active].to(own.dtype)[:, None, None]
             mixed = lam3 * own + (1.0 - lam3) * entry[active]
-            styled = restyle(
-                ya,
-                own,
-                mixed,
-                kind,
-                iters=iters,
-                max_fit_pixels=max_fit_pixels,
-                refine_iters=refine_iters,
-            )
+            styled = restyle(ya, own, mixed, kind, shape_fit=shape_fit)
             out[active] = from_space(styled, space).to(x.dtype)
         return out
     if kind not in ("moments", "skew_kurt"):
@@ -169,7 +159,7 @@ def mixstyle_features(
     p: float = 0.5,
     higher_order: bool = False,
     eps: float = 1e-6,
-    iters: int = 4,
+    shape_fit: ShapeFit = FEATURE_FIT,
 ) -> Tensor:
     """Feature-map MixStyle (Zhou et al., ICLR 2021), optionally higher-order.
 
@@ -200,8 +190,9 @@ def mixstyle_features(
         0.5, 1e-6 as in the reference code).
     higher_order : bool
         Also mix skewness and kurtosis (FedStain).
-    iters : int
-        :func:`match_shape` iterations for ``higher_order``.
+    shape_fit : ShapeFit
+        Budget of :func:`match_shape` for ``higher_order`` (default: 4 iterations,
+        the rest as :data:`~fedpath.stain.shape.ACCURATE_FIT`).
 
     Returns
     -------
@@ -236,7 +227,7 @@ def mixstyle_features(
         # match_shape returns population-std-1 maps; restore normed's own spread so
         # only the shape changes before the MixStyle rescaling.
         spread = (mom.std[..., None, None] / sig).to(f.dtype)
-        normed = match_shape(normed, skew, kurt, iters=iters) * spread
+        normed = match_shape(normed, skew, kurt, shape_fit=shape_fit) * spread
     mu_mix = lam * mu + (1 - lam) * mu[perm]
     sig_mix = lam * sig + (1 - lam) * sig[perm]
     return normed * sig_mix + mu_mix

@@ -32,7 +32,7 @@ from fedpath.stain.moments import (
     check_kind,
     image_statistics,
 )
-from fedpath.stain.shape import match_shape
+from fedpath.stain.shape import ACCURATE_FIT, ShapeFit, match_shape
 
 __all__ = ["StatPool", "randstain", "randstain_in_space"]
 
@@ -222,10 +222,8 @@ def randstain_in_space(
     higher_order: bool = True,
     strength: float = 1.0,
     reading: Reading = "sound",
-    iters: int = 8,
+    shape_fit: ShapeFit = ACCURATE_FIT,
     eps: float = 1e-6,
-    max_fit_pixels: int | None = 4096,
-    refine_iters: int = 2,
 ) -> Tensor:
     """The deterministic core of RandStain, in the colour space (no clamping).
 
@@ -242,10 +240,8 @@ def randstain_in_space(
         :func:`match_shape` strength in ``[0, 1]`` (the mean/std are always matched).
     reading : {"sound", "paper"}
         Eq. 1 reading (module docstring).
-    iters, eps : int, float
+    shape_fit, eps : ShapeFit, float
         Passed to :func:`match_shape` / :func:`channel_moments`.
-    max_fit_pixels, refine_iters : int or None, int
-        Shape-fit budget (see :func:`fedpath.stain.shape.fit_sinh_arcsinh`).
 
     Returns
     -------
@@ -265,14 +261,7 @@ def randstain_in_space(
     z = (y.to(mom.mean.dtype) - mom.mean[..., None, None]) / std[..., None, None]
     if higher_order:
         z = match_shape(
-            z,
-            tgt[..., 2],
-            tgt[..., 3],
-            iters=iters,
-            strength=strength,
-            eps=eps,
-            max_fit_pixels=max_fit_pixels,
-            refine_iters=refine_iters,
+            z, tgt[..., 2], tgt[..., 3], shape_fit=shape_fit, strength=strength, eps=eps
         )
     # Sound: output std sigma'. Literal Eq. 1: sigma * sigma'. A constant channel
     # has z = 0 either way and moves to mu'.
@@ -291,9 +280,7 @@ def randstain(
     higher_order: bool = True,
     strength: float = 1.0,
     reading: Reading = "sound",
-    iters: int = 8,
-    max_fit_pixels: int | None = 4096,
-    refine_iters: int = 2,
+    shape_fit: ShapeFit = ACCURATE_FIT,
 ) -> Tensor:
     """RandStain (FedStain Eq. 1, sound reading) with higher-order shape matching.
 
@@ -319,7 +306,7 @@ def randstain(
         Per-image application probability (paper: 0.9).
     mode : {"fitted", "direct"}
         Template sampling (:meth:`StatPool.sample`).
-    higher_order, strength, reading, iters, max_fit_pixels, refine_iters
+    higher_order, strength, reading, shape_fit
         See :func:`randstain_in_space`.
 
     Returns
@@ -352,14 +339,7 @@ def randstain(
         return out
     y = to_space(x[chosen], space)
     y = randstain_in_space(
-        y,
-        targets[chosen],
-        higher_order,
-        strength,
-        reading,
-        iters=iters,
-        max_fit_pixels=max_fit_pixels,
-        refine_iters=refine_iters,
+        y, targets[chosen], higher_order, strength, reading, shape_fit=shape_fit
     )
     out[chosen] = from_space(y, space).to(x.dtype)
     return out

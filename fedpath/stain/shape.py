@@ -43,11 +43,13 @@ import torch
 from torch import Tensor
 
 from fedpath.stain._shash import (
+    ACCURATE_FIT,
     DELTA_MAX,
     DELTA_MIN,
     EPSILON_MAX,
     KURT_WEIGHT,
     Fit,
+    ShapeFit,
     asinh_monotone,
     levenberg_marquardt,
 )
@@ -61,9 +63,11 @@ from fedpath.stain.moments import (
 )
 
 __all__ = [
+    "ACCURATE_FIT",
     "DELTA_MAX",
     "DELTA_MIN",
     "EPSILON_MAX",
+    "ShapeFit",
     "feasible_shape",
     "fit_sinh_arcsinh",
     "match_shape",
@@ -124,11 +128,10 @@ def fit_sinh_arcsinh(
     z: Tensor,
     target_skew: Tensor | float,
     target_kurt: Tensor | float,
-    iters: int = 8,
+    *,
+    shape_fit: ShapeFit = ACCURATE_FIT,
     strength: float = 1.0,
     eps: float = 1e-6,
-    max_fit_pixels: int | None = 4096,
-    refine_iters: int = 2,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fit ``(epsilon, delta)`` per (sample, channel) so that ``T(z)`` hits the targets.
 
@@ -140,26 +143,13 @@ def fit_sinh_arcsinh(
     target_skew, target_kurt : Tensor or float
         Targets broadcastable to ``(B, C)``; kurtosis is *excess* kurtosis.
         Infeasible pairs are projected with :func:`feasible_shape`.
-    iters : int
-        Levenberg-Marquardt iterations (each one vectorized pass over the pixels).
+    shape_fit : ShapeFit
+        Iterations and subsampling of the fit.
     strength : float
         In ``[0, 1]``: the effective target is ``current + strength * (target -
         current)``, for both moments.
     eps : float
         Degeneracy threshold (see :func:`fedpath.stain.moments.channel_moments`).
-    max_fit_pixels : int or None
-        Channels with more pixels are first fitted (``iters`` iterations) on a
-        regular stride subsample of at most this many pixels, then refined with
-        ``refine_iters`` evaluations on all pixels: ~3x faster on 128x128 patches
-        (the subsample stays in cache) for a median extra error of ~2e-3 in
-        skewness (~1e-5 with ``refine_iters=3``); heavy-tailed channels (excess
-        kurtosis >~ 10), whose subsample moments are noisy, keep more error.
-        ``None`` fits on all pixels.
-    refine_iters : int
-        Full-resolution evaluations after a subsampled fit; the best of them and
-        the identity is kept, so the result is never worse than no-op. ``0`` uses
-        the subsample fit as is (fastest; the augmentation default, where an
-        approximate target is as good as an exact one).
 
     Returns
     -------
@@ -169,11 +159,8 @@ def fit_sinh_arcsinh(
     """
     if not 0.0 <= strength <= 1.0:
         raise ValueError(f"strength must be in [0, 1], got {strength}")
-    for name, value, low in (("iters", iters, 0), ("refine_iters", refine_iters, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    if max_fit_pixels is not None and max_fit_pixels < 16:
-        raise ValueError(f"max_fit_pixels must be >= 16 or None, got {max_fit_pixels}")
+    iters, max_fit_pixels = shape_fit.iters, shape_fit.max_fit_pixels
+    refine_iters = shape_fit.refine_iters
     with torch.no_grad():
         z4 = z.detach().flatten(2).unsqueeze(2)  # (B, C, 1, N); works for B = 0
         mom = channel_moments(z4, eps)
@@ -238,11 +225,10 @@ def match_shape(
     z: Tensor,
     target_skew: Tensor | float,
     target_kurt: Tensor | float,
-    iters: int = 8,
+    *,
+    shape_fit: ShapeFit = ACCURATE_FIT,
     strength: float = 1.0,
     eps: float = 1e-6,
-    max_fit_pixels: int | None = 4096,
-    refine_iters: int = 2,
 ) -> Tensor:
     """Monotone per-(sample, channel) reshaping toward target skewness and kurtosis.
 
@@ -257,15 +243,13 @@ def match_shape(
         (re-standardized internally, so small deviations do not matter).
     target_skew, target_kurt : Tensor or float
         Targets broadcastable to ``(B, C)``; ``target_kurt`` is **excess** kurtosis.
-    iters : int
-        Fitting iterations; 8 reach reachable targets to ~1e-5 in practice.
+    shape_fit : ShapeFit
+        Budget of the fit; the default reaches reachable targets to ~1e-5.
     strength : float
         In ``[0, 1]``; interpolates the targets from the current moments (0 = no
         change) to the requested ones (1).
     eps : float
         Degeneracy threshold; constant channels come back as zeros.
-    max_fit_pixels, refine_iters : int or None, int
-        See :func:`fit_sinh_arcsinh`.
 
     Returns
     -------
@@ -278,14 +262,7 @@ def match_shape(
     if not isinstance(z, Tensor) or z.ndim != 4 or not z.is_floating_point():
         raise ValueError("z must be a floating (B, C, H, W) tensor")
     epsilon, delta, _ = fit_sinh_arcsinh(
-        z,
-        target_skew,
-        target_kurt,
-        iters=iters,
-        strength=strength,
-        eps=eps,
-        max_fit_pixels=max_fit_pixels,
-        refine_iters=refine_iters,
+        z, target_skew, target_kurt, shape_fit=shape_fit, strength=strength, eps=eps
     )
     mom = channel_moments(z.detach(), eps)
     valid = (mom.std > 0)[..., None, None]
@@ -332,9 +309,7 @@ def restyle(
     *,
     window: int = 8,
     eps: float = 1e-6,
-    iters: int = 8,
-    max_fit_pixels: int | None = 4096,
-    refine_iters: int = 2,
+    shape_fit: ShapeFit = ACCURATE_FIT,
     strength: float = 1.0,
 ) -> Tensor:
     """Transform ``x`` from its statistics to ``target_stats`` (FedStain Table V).
@@ -361,9 +336,7 @@ def restyle(
           the target skewness/kurtosis.
     window, eps : int, float
         As in :func:`~fedpath.stain.moments.image_statistics`.
-    max_fit_pixels, refine_iters : int or None, int
-        Shape-fit budget (see :func:`fit_sinh_arcsinh`).
-    iters, strength : int, float
+    shape_fit, strength : ShapeFit, float
         Passed to :func:`match_shape` for the shape kinds.
 
     Returns
@@ -382,6 +355,14 @@ def restyle(
     def bc(t: Tensor) -> Tensor:
         return t[..., None, None]
 
+    def reshaped(loc: Tensor, scale: Tensor, skew: Tensor, kurt: Tensor) -> Tensor:
+        """``x`` standardized with ``(loc, scale)``, reshaped to ``(skew, kurt)``."""
+        std = torch.where(scale > 0, scale, torch.ones_like(scale))
+        z = (xw - bc(loc)) / bc(std)
+        return match_shape(
+            z, skew, kurt, shape_fit=shape_fit, strength=strength, eps=eps
+        )
+
     if kind in ("mean_std", "mean_iqr", "local_mean_mad"):
         gain = _safe_ratio(tgt[1], src[1], src[0], eps)
         out = (xw - bc(src[0])) * bc(gain) + bc(tgt[0])
@@ -395,33 +376,11 @@ def restyle(
         ok = torch.isfinite(gain) & (gain >= 0) & (mom.std > 0) & (den > 0)
         gain = torch.where(ok, gain, torch.ones_like(gain))
         out = (xw - bc(q90)) * bc(gain) + bc(tgt[0])
-    elif kind == "skew_kurt":
+    elif kind == "skew_kurt":  # keeps the mean and std of x
         mom = channel_moments(xw, eps)
-        std = torch.where(mom.std > 0, mom.std, torch.ones_like(mom.std))
-        z = (xw - bc(mom.mean)) / bc(std)
-        shaped = match_shape(
-            z,
-            tgt[0],
-            tgt[1],
-            iters=iters,
-            strength=strength,
-            eps=eps,
-            max_fit_pixels=max_fit_pixels,
-            refine_iters=refine_iters,
-        )
+        shaped = reshaped(mom.mean, mom.std, tgt[0], tgt[1])
         out = shaped * bc(mom.std) + bc(mom.mean)
     else:  # moments
-        std = torch.where(src[1] > 0, src[1], torch.ones_like(src[1]))
-        z = (xw - bc(src[0])) / bc(std)
-        shaped = match_shape(
-            z,
-            tgt[2],
-            tgt[3],
-            iters=iters,
-            strength=strength,
-            eps=eps,
-            max_fit_pixels=max_fit_pixels,
-            refine_iters=refine_iters,
-        )
+        shaped = reshaped(src[0], src[1], tgt[2], tgt[3])
         out = shaped * bc(tgt[1].clamp_min(0.0)) + bc(tgt[0])
     return out.to(x.dtype)

@@ -1,1 +1,2 @@
-"""Small shared utilities (atomic file writes, progress display)."""
+"""Small shared utilities (atomic file writes, progress display, ``with``-closing,
+the subcommands' shared arguments)."""

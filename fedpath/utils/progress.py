@@ -7,7 +7,7 @@ a reporter that prints nothing, so the algorithm code never checks a flag.
 from __future__ import annotations
 
 import sys
-from types import TracebackType
+from typing import Self
 
 from rich.console import Console
 from rich.progress import (
@@ -20,22 +20,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from fedpath.utils.closing import Closing
 
-class Reporter:
+
+class Reporter(Closing):
     """Silent reporter; the base of :class:`RichReporter`."""
 
     console: Console = Console(stderr=True, quiet=True)
-
-    def __enter__(self) -> Reporter:
-        return self
-
-    def __exit__(
-        self,
-        et: type[BaseException] | None,
-        ev: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
 
     def start_runs(self, total: int) -> None: ...
     def start_run(self, label: str, rounds: int, done: int = 0) -> None: ...
@@ -69,16 +60,11 @@ class RichReporter(Reporter):
         self._client: TaskID | None = None
         self._epoch: TaskID | None = None
 
-    def __enter__(self) -> RichReporter:
+    def __enter__(self) -> Self:
         self.progress.start()
         return self
 
-    def __exit__(
-        self,
-        et: type[BaseException] | None,
-        ev: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self.progress.stop()
 
     def _task(self, task: TaskID | None, kind: str, desc: str, total: int) -> TaskID:

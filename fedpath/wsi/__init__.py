@@ -3,19 +3,23 @@
 The preprocessing stages of fedpath's slide pipeline (CLAM's stage scripts, Lu et
 al. 2021), each a function and a ``fedpath`` subcommand (:mod:`fedpath.wsi.cli`):
 
-* :func:`open_slide` (:mod:`.slide`): pyramidal TIFF via tifffile, other formats via
-  OpenSlide; regions are decoded tile by tile, never a whole level.
-* :func:`tile_slide` / :func:`tile_slides` (:mod:`.tiling`): tissue mask, grid
-  patches, ``patches/<slide_id>.h5`` (CLAM's coords layout).
+* :func:`open_slide` (:mod:`.slide`): pyramidal TIFF via tifffile
+  (:mod:`.slide_tiff`), other formats via OpenSlide (:mod:`.slide_openslide`);
+  regions are decoded tile by tile, never a whole level (:mod:`.slide_base`).
+* :func:`tile_slide` / :func:`tile_slides` (:mod:`.tiling`): tissue mask
+  (:mod:`.tissue`), grid patches, ``patches/<slide_id>.h5`` (CLAM's coords layout).
 * :func:`extract_features` / :func:`extract_features_stage` (:mod:`.features`):
   ``h5_files/<slide_id>.h5`` with ``features`` and ``coords`` (+ ``pt_files``).
 * :func:`build_mvmidog` (:mod:`.midog`): the FedStain paper's MvMidog patches and
-  manifest from MIDOG slides.
+  manifest from MIDOG slides (settings :mod:`.midog_params`, annotation JSON
+  :mod:`.midog_annotations`, one slide's crops :mod:`.midog_patches`, quality
+  filter :mod:`.quality`).
 
 Every stage writes through a temporary file and a rename (nothing half-written),
 skips what a previous run finished, and with ``skip_bad`` counts and reports bad
-slides instead of stopping. The shared machinery for that lives here; the public
-functions above are imported lazily, so ``import fedpath.wsi.slide`` stays light.
+slides instead of stopping. The shared machinery for that (:func:`run_stage`)
+lives here; the public functions above are imported lazily, so
+``import fedpath.wsi.slide`` stays light.
 """
 
 from __future__ import annotations
@@ -58,17 +62,17 @@ def _file_mode() -> int:
 
 
 _EXPORTS = {
-    "Slide": "slide",
+    "Slide": "slide_base",
     "open_slide": "slide",
     "find_slides": "slide",
-    "tissue_mask": "tiling",
-    "TissueMap": "tiling",
+    "tissue_mask": "tissue",
+    "TissueMap": "tissue",
     "tile_slide": "tiling",
     "tile_slides": "tiling",
     "extract_features": "features",
     "extract_features_stage": "features",
     "MvMidogParams": "midog",
-    "QualityThresholds": "tiling",
+    "QualityThresholds": "quality",
     "build_mvmidog": "midog",
 }
 
@@ -77,6 +81,7 @@ __all__ = [
     "atomic_h5",
     "check_unique_names",
     "h5_complete",
+    "run_stage",
     "stage_progress",
     "write_png",
     *_EXPORTS,
@@ -210,3 +215,36 @@ def check_unique_names(paths: Sequence[Path]) -> None:
                 f"{p.stem!r}; their outputs would overwrite each other"
             )
         seen[p.stem] = p
+
+
+def run_stage(
+    description: str,
+    paths: Sequence[Path],
+    finished: Callable[[Path], bool],
+    process: Callable[[Path], int],
+    *,
+    skip_bad: bool,
+    quiet: bool,
+) -> StageReport:
+    """Run a resumable per-slide stage: ``process`` every slide not ``finished``.
+
+    ``process`` writes one slide's outputs and returns its number of patches. A
+    :class:`DataError` it raises propagates, or with ``skip_bad`` is listed in
+    the report's ``bad`` and the stage goes on with the next slide.
+    """
+    check_unique_names(paths)
+    report = StageReport()
+    with stage_progress(description, len(paths), quiet) as advance:
+        for p in paths:
+            if finished(p):
+                report.resumed.append(p.stem)
+            else:
+                try:
+                    report.patches += process(p)
+                    report.done.append(p.stem)
+                except DataError as err:
+                    if not skip_bad:
+                        raise
+                    report.bad.append(str(err))
+            advance(p.stem)
+    return report

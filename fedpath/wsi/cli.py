@@ -11,26 +11,29 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from rich.console import Console
 
 from fedpath.config import ConfigError
 from fedpath.data.base import DataError
+from fedpath.utils.cli_args import add_quiet, is_quiet
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Handler = Callable[[argparse.Namespace, bool], int]
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def _common(p: argparse.ArgumentParser, handler: Handler) -> None:
-    p.add_argument(
-        "--quiet",
-        "-q",
-        action="store_true",
-        help="no progress bar (also FEDPATH_QUIET=1); the summary and skipped inputs "
+    add_quiet(
+        p,
+        "no progress bar (also FEDPATH_QUIET=1); the summary and skipped inputs "
         "and errors still print",
     )
     p.add_argument(
@@ -42,18 +45,30 @@ def _common(p: argparse.ArgumentParser, handler: Handler) -> None:
     p.set_defaults(wsi_handler=handler)
 
 
+def _slide_stage(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A subcommand run over slide files or folders, writing into ``--out``."""
+    p = sub.add_parser(name, help=summary, description=description)
+    p.add_argument("slides", nargs="+", type=Path, help="slide files or folders")
+    p.add_argument("--out", "-o", type=Path, required=True, help="output folder")
+    return p
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``tile``, ``features`` and ``mvmidog`` subcommands to ``sub``."""
-    tile = sub.add_parser(
+    tile = _slide_stage(
+        sub,
         "tile",
-        help="tissue patches of whole slides -> CLAM coords h5",
-        description="Segment tissue (Otsu on HSV saturation, as CLAM) and write "
+        "tissue patches of whole slides -> CLAM coords h5",
+        "Segment tissue (Otsu on HSV saturation, as CLAM) and write "
         "OUT/patches/<slide_id>.h5 with the level-0 corners of every grid patch "
         "with enough tissue (plus OUT/masks/<slide_id>.png). Finished slides are "
         "skipped when run again.",
     )
-    tile.add_argument("slides", nargs="+", type=Path, help="slide files or folders")
-    tile.add_argument("--out", "-o", type=Path, required=True, help="output folder")
     tile.add_argument("--patch-size", type=int, default=256, help="default 256")
     where = tile.add_mutually_exclusive_group()
     where.add_argument(
@@ -88,19 +103,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tile.add_argument("--no-masks", action="store_true", help="do not save masks")
     _common(tile, _cmd_tile)
 
-    feat = sub.add_parser(
+    feat = _slide_stage(
+        sub,
         "features",
-        help="encode tiled patches -> CLAM features h5 (+ pt)",
-        description="Read every patch of COORDS/patches/<slide_id>.h5 from the "
+        "encode tiled patches -> CLAM features h5 (+ pt)",
+        "Read every patch of COORDS/patches/<slide_id>.h5 from the "
         "slide, encode it with a backbone (eval mode) and write "
         "OUT/h5_files/<slide_id>.h5 (features, coords) and with --save-pt "
         "OUT/pt_files/<slide_id>.pt. Finished slides are skipped when run again.",
     )
-    feat.add_argument("slides", nargs="+", type=Path, help="slide files or folders")
     feat.add_argument(
         "--coords", type=Path, required=True, help="output folder of `fedpath tile`"
     )
-    feat.add_argument("--out", "-o", type=Path, required=True, help="output folder")
     feat.add_argument(
         "--backbone",
         default="small_cnn",
@@ -180,8 +194,7 @@ def run(args: argparse.Namespace) -> int:
     handler: Handler | None = getattr(args, "wsi_handler", None)
     if handler is None:
         raise ConfigError("not a slide subcommand (tile, features, mvmidog)")
-    quiet = bool(args.quiet) or os.environ.get("FEDPATH_QUIET") == "1"
-    return handler(args, quiet)
+    return handler(args, is_quiet(args))
 
 
 def _report(text: str) -> None:
@@ -264,34 +277,25 @@ def read_scanner_map(path: Path) -> dict[str, str]:
     return {r[0].strip(): r[1].strip() for r in rows}
 
 
-def _cmd_mvmidog(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.wsi.midog import (
-        MvMidogParams,
-        QualityThresholds,
-        build_mvmidog,
-        format_report,
-    )
+def _from_args(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
+    """Dataclass ``cls`` with every field that has a same-named option taken from
+    ``args`` (the options are named after the fields), then ``given``."""
+    named = {
+        f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)
+    }
+    return cls(**{**named, **given})
 
-    params = MvMidogParams(
-        patch_size=args.patch_size,
-        max_offset=args.max_offset,
-        border_attempts=args.border_attempts,
-        negatives_per_slide=args.negatives_per_slide,
-        margin=args.margin,
+
+def _cmd_mvmidog(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.wsi.midog import MvMidogParams, build_mvmidog, format_report
+    from fedpath.wsi.quality import QualityThresholds
+
+    params = _from_args(
+        MvMidogParams,
+        args,
         imposters_as_negatives=not args.no_imposters,
-        include_unlabelled=args.include_unlabelled,
-        bbox_format=args.bbox_format,
-        scanner_field=args.scanner_field,
         scanners=read_scanner_map(args.scanner_map) if args.scanner_map else None,
-        tissue_threshold=args.tissue_threshold,
-        mask_size=args.mask_size,
-        quality=QualityThresholds(
-            min_nonwhite=args.min_nonwhite,
-            white_level=args.white_level,
-            min_edge=args.min_edge,
-            min_saturation_std=args.min_saturation_std,
-        ),
-        seed=args.seed,
+        quality=_from_args(QualityThresholds, args),
     )
     report = build_mvmidog(
         args.annotations,

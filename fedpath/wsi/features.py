@@ -29,14 +29,9 @@ from fedpath.config import ModelConfig
 from fedpath.data.base import DataError
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.utils.io import atomic_write_bytes
-from fedpath.wsi import (
-    StageReport,
-    atomic_h5,
-    check_unique_names,
-    h5_complete,
-    stage_progress,
-)
-from fedpath.wsi.slide import Slide, open_slide
+from fedpath.wsi import StageReport, atomic_h5, h5_complete, run_stage
+from fedpath.wsi.slide import open_slide
+from fedpath.wsi.slide_base import Slide
 
 
 def load_encoder(
@@ -232,40 +227,38 @@ def extract_features_stage(
     slides. With ``skip_bad`` a slide that cannot be read (or has no coords) is
     skipped and listed in the report; otherwise the error propagates.
     """
-    paths = [Path(p) for p in slide_paths]
-    check_unique_names(paths)
     out = Path(out_dir)
     cdir = Path(coords_dir)
     if (cdir / "patches").is_dir():
         cdir = cdir / "patches"
-    report = StageReport()
     model: FedModel | None = None
-    with stage_progress("features", len(paths), quiet) as advance:
-        for p in paths:
-            h5 = out / "h5_files" / f"{p.stem}.h5"
-            pt = out / "pt_files" / f"{p.stem}.pt" if save_pt else None
-            if h5_complete(h5, "features") and (pt is None or pt.is_file()):
-                report.resumed.append(p.stem)
-                advance(p.stem)
-                continue
-            if model is None:  # built lazily: a fully resumed stage loads nothing
-                model = load_encoder(backbone, weights, params, device)
-            try:
-                report.patches += extract_features(
-                    p,
-                    cdir / f"{p.stem}.h5",
-                    h5,
-                    backbone,
-                    weights,
-                    input_size,
-                    batch_size,
-                    model=model,
-                    pt_path=pt,
-                )
-                report.done.append(p.stem)
-            except DataError as err:
-                if not skip_bad:
-                    raise
-                report.bad.append(str(err))
-            advance(p.stem)
-    return report
+
+    def outputs(p: Path) -> tuple[Path, Path | None]:
+        pt = out / "pt_files" / f"{p.stem}.pt" if save_pt else None
+        return out / "h5_files" / f"{p.stem}.h5", pt
+
+    def finished(p: Path) -> bool:
+        h5, pt = outputs(p)
+        return h5_complete(h5, "features") and (pt is None or pt.is_file())
+
+    def encode(p: Path) -> int:
+        nonlocal model
+        if model is None:  # built lazily: a fully resumed stage loads nothing
+            model = load_encoder(backbone, weights, params, device)
+        h5, pt = outputs(p)
+        return extract_features(
+            p,
+            cdir / f"{p.stem}.h5",
+            h5,
+            backbone,
+            weights,
+            input_size,
+            batch_size,
+            model=model,
+            pt_path=pt,
+        )
+
+    paths = [Path(p) for p in slide_paths]
+    return run_stage(
+        "features", paths, finished, encode, skip_bad=skip_bad, quiet=quiet
+    )

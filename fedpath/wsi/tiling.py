@@ -1,10 +1,9 @@
-"""Tissue detection and grid tiling of whole slides, written as CLAM-compatible h5.
+"""Grid tiling of whole slides into tissue patches, written as CLAM-compatible h5.
 
 Follows CLAM's ``create_patches_fp.py`` (Lu et al., Nat. Biomed. Eng. 2021):
-segment tissue on a low-resolution image by an Otsu threshold of the median-blurred
-HSV saturation, drop small foreground components, lay a grid of patches over the
-slide at the chosen level and keep those that cover enough tissue. The output
-``patches/<slide_id>.h5`` holds ``coords`` (N x 2, level-0 x, y) with CLAM's
+segment tissue on a low-resolution image (:mod:`.tissue`), lay a grid of patches
+over the slide at the chosen level and keep those that cover enough tissue. The
+output ``patches/<slide_id>.h5`` holds ``coords`` (N x 2, level-0 x, y) with CLAM's
 attributes (``patch_size``, ``patch_level``, ``downsample``, ``level_dim``,
 ``name``), so CLAM's feature extraction reads it as is, and so does
 :mod:`fedpath.wsi.features`.
@@ -23,177 +22,13 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from scipy import ndimage
 
 from fedpath.data.base import DataError
 from fedpath.utils.io import atomic_write_bytes
-from fedpath.wsi import (
-    StageReport,
-    atomic_h5,
-    check_unique_names,
-    h5_complete,
-    stage_progress,
-)
-from fedpath.wsi.slide import Slide, open_slide
-
-# ------------------------------------------------------------------ tissue mask
-
-
-def saturation(rgb: np.ndarray) -> np.ndarray:
-    """HSV saturation of a uint8 RGB image as uint8 (OpenCV's convention, 0-255)."""
-    mx = rgb.max(axis=2).astype(np.uint32)
-    spread = mx - rgb.min(axis=2)
-    # round(255 * spread / max) in integers; 0 where max == 0 (spread is 0 too)
-    return ((spread * 510 + mx) // np.maximum(2 * mx, 1)).astype(np.uint8)
-
-
-def otsu_threshold(values: np.ndarray) -> int:
-    """Otsu's threshold of uint8 values: maximizes the between-class variance.
-
-    Returns t such that ``values > t`` is the foreground (as OpenCV's THRESH_OTSU).
-    """
-    hist = np.bincount(values.ravel(), minlength=256).astype(np.float64)
-    total = hist.sum()
-    if total == 0:
-        return 0
-    levels = np.arange(256, dtype=np.float64)
-    w0 = np.cumsum(hist)
-    m0 = np.cumsum(hist * levels)
-    w1 = total - w0
-    mu_all = m0[-1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        between = (mu_all * w0 - m0 * total) ** 2 / (w0 * w1)
-    between[~np.isfinite(between)] = -1.0
-    return int(np.argmax(between))
-
-
-def tissue_mask(
-    thumb: np.ndarray,
-    *,
-    median_kernel: int = 7,
-    min_saturation: int = 8,
-    min_area: int = 0,
-) -> np.ndarray:
-    """Boolean tissue mask of a thumbnail, as CLAM's ``segmentTissue`` computes it.
-
-    Parameters
-    ----------
-    thumb : ndarray
-        uint8 RGB thumbnail (h, w, 3).
-    median_kernel : int
-        Median blur of the saturation channel (CLAM's ``mthresh``, default 7).
-    min_saturation : int
-        Floor of the Otsu threshold, so an all-background slide (whose Otsu
-        threshold falls inside the noise) yields no tissue; CLAM's fixed
-        ``sthresh`` is 8.
-    min_area : int
-        Connected tissue components smaller than this many mask pixels are
-        dropped (CLAM's ``a_t`` area filter).
-    """
-    sat = saturation(thumb)
-    k = max(1, median_kernel)
-    # Otsu's threshold of the blurred image, estimated on a subsample (the
-    # histogram is all it needs; a full-size 7x7 median costs seconds)
-    sub = max(1, int(np.sqrt(sat.size / 256**2)))
-    probe = ndimage.median_filter(sat[::sub, ::sub], size=k, mode="nearest")
-    t = max(otsu_threshold(probe), min_saturation)
-    # median(sat) > t exactly when most of the k x k window exceeds t: a box
-    # filter of the binary image gives CLAM's medianBlur-then-threshold mask
-    above = ndimage.uniform_filter((sat > t).astype(np.float32), k, mode="nearest")
-    mask = above * (k * k) > (k * k) / 2
-    if min_area > 1 and mask.any():
-        labels, n = ndimage.label(mask)
-        sizes = np.bincount(labels.ravel(), minlength=n + 1)
-        keep = sizes >= min_area
-        keep[0] = False
-        mask = keep[labels]
-    return mask
-
-
-class TissueMap:
-    """A tissue mask with its scale, answering "how much tissue is in this box?".
-
-    A summed-area table makes the tissue fraction of any level-0 rectangle O(1),
-    so scoring every grid position of a 100k x 100k slide is a vector operation.
-    """
-
-    def __init__(self, mask: np.ndarray, slide_size: tuple[int, int]) -> None:
-        self.mask = mask
-        h, w = mask.shape
-        self.sx = slide_size[0] / w
-        self.sy = slide_size[1] / h
-        # int32 holds any count of a mask under 2**31 pixels and halves the memory
-        dt = np.int32 if mask.size < 2**31 else np.int64
-        sat = np.zeros((h + 1, w + 1), dtype=dt)
-        sat[1:, 1:] = np.cumsum(np.cumsum(mask, axis=0, dtype=dt), axis=1, dtype=dt)
-        self._sat = sat
-
-    @classmethod
-    def from_slide(
-        cls, slide: Slide, mask_size: int = 2048, **mask_kwargs: Any
-    ) -> TissueMap:
-        """Mask of ``slide``'s thumbnail (longer side ``mask_size``)."""
-        thumb = slide.get_thumbnail(mask_size)
-        return cls(tissue_mask(thumb, **mask_kwargs), slide.dimensions)
-
-    def fraction(self, xy: np.ndarray, w0: float, h0: float) -> np.ndarray:
-        """Tissue fraction of the level-0 boxes at corners ``xy`` (N x 2) of w0 x h0."""
-        xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
-        h, w = self.mask.shape
-        x0 = np.clip(np.floor(xy[:, 0] / self.sx), 0, w).astype(np.int64)
-        y0 = np.clip(np.floor(xy[:, 1] / self.sy), 0, h).astype(np.int64)
-        x1 = np.clip(np.ceil((xy[:, 0] + w0) / self.sx), 0, w).astype(np.int64)
-        y1 = np.clip(np.ceil((xy[:, 1] + h0) / self.sy), 0, h).astype(np.int64)
-        x1, y1 = np.maximum(x1, x0 + 1).clip(max=w), np.maximum(y1, y0 + 1).clip(max=h)
-        s = self._sat
-        inside = s[y1, x1].astype(np.int64) - s[y0, x1] - s[y1, x0] + s[y0, x0]
-        area = np.maximum((x1 - x0) * (y1 - y0), 1)
-        return inside / area
-
-
-# ------------------------------------------------------------------ patch quality
-
-
-@dataclass(frozen=True)
-class QualityThresholds:
-    """When a crop is too empty to be a training patch (FedStain Sec. V-A filter).
-
-    ``min_nonwhite``: fraction of pixels that are not near-white (some channel
-    below ``white_level``). ``min_edge``: mean Sobel gradient magnitude of the
-    grey image (grey levels per pixel; blurred or flat crops score low).
-    ``min_saturation_std``: standard deviation of HSV saturation (0-255); H&E
-    crops mix pink and purple, a uniform or grey crop does not.
-    """
-
-    min_nonwhite: float = 0.25
-    white_level: int = 220
-    min_edge: float = 2.0
-    min_saturation_std: float = 4.0
-
-
-def quality_measures(crop: np.ndarray, white_level: int = 220) -> dict[str, float]:
-    """Non-white ratio, edge complexity and saturation spread of a uint8 RGB crop."""
-    nonwhite = float((crop.min(axis=2) < white_level).mean())
-    grey = crop.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-    # a Sobel kernel weighs 8 pixels-differences: /8 gives grey levels per pixel
-    gx = ndimage.sobel(grey, axis=1, mode="nearest") / 8.0
-    gy = ndimage.sobel(grey, axis=0, mode="nearest") / 8.0
-    edge = float(np.hypot(gx, gy).mean())
-    sat_std = float(saturation(crop).astype(np.float32).std())
-    return {"nonwhite": nonwhite, "edge": edge, "saturation_std": sat_std}
-
-
-def reject_reason(crop: np.ndarray, q: QualityThresholds) -> str | None:
-    """The first quality test ``crop`` fails (see :data:`QUALITY_REASONS`), or None."""
-    m = quality_measures(crop, q.white_level)
-    if m["nonwhite"] < q.min_nonwhite:
-        return "background"
-    if m["edge"] < q.min_edge:
-        return "flat"
-    if m["saturation_std"] < q.min_saturation_std:
-        return "colourless"
-    return None
-
+from fedpath.wsi import StageReport, atomic_h5, h5_complete, run_stage
+from fedpath.wsi.slide import open_slide
+from fedpath.wsi.slide_base import Slide
+from fedpath.wsi.tissue import TissueMap, tissue_mask
 
 # ------------------------------------------------------------------ geometry
 
@@ -390,23 +225,21 @@ def tile_slides(
     otherwise its :class:`DataError` (naming it) propagates. ``tile_kwargs`` go
     to :func:`tile_slide`; masks go to ``out_dir/masks/<slide_id>.png``.
     """
-    paths = [Path(p) for p in slide_paths]
-    check_unique_names(paths)
     out = Path(out_dir)
-    report = StageReport()
-    with stage_progress("tile", len(paths), quiet) as advance:
-        for p in paths:
-            h5 = out / "patches" / f"{p.stem}.h5"
-            if h5_complete(h5, "coords"):
-                report.resumed.append(p.stem)
-            else:
-                try:
-                    mask = out / "masks" / f"{p.stem}.png" if save_masks else None
-                    report.patches += tile_slide(p, h5, mask_png=mask, **tile_kwargs)
-                    report.done.append(p.stem)
-                except DataError as err:
-                    if not skip_bad:
-                        raise
-                    report.bad.append(str(err))
-            advance(p.stem)
-    return report
+
+    def tile(p: Path) -> int:
+        mask = out / "masks" / f"{p.stem}.png" if save_masks else None
+        return tile_slide(p, _coords_h5(out, p), mask_png=mask, **tile_kwargs)
+
+    return run_stage(
+        "tile",
+        [Path(p) for p in slide_paths],
+        lambda p: h5_complete(_coords_h5(out, p), "coords"),
+        tile,
+        skip_bad=skip_bad,
+        quiet=quiet,
+    )
+
+
+def _coords_h5(out: Path, slide: Path) -> Path:
+    return out / "patches" / f"{slide.stem}.h5"

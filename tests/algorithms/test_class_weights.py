@@ -37,7 +37,7 @@ def _run(tmp_path: Path, *extra: str) -> InProcessRun:
 
 def test_balanced_weights_follow_the_formula(tmp_path: Path) -> None:
     run = _run(tmp_path, "train.class_weights=balanced")
-    ctx = run._client_context("hospital_1/c0", 1)
+    ctx = run.client_half("hospital_1/c0", 1).ctx
     labels = ctx.data.labels
     counts = np.bincount(labels, minlength=2)
     w = ctx.class_weight()
@@ -58,7 +58,7 @@ def test_default_is_plain_cross_entropy_and_balanced_changes_training(
     tmp_path: Path,
 ) -> None:
     plain = _run(tmp_path / "a")
-    assert plain._client_context("hospital_1/c0", 1).class_weight() is None
+    assert plain.client_half("hospital_1/c0", 1).ctx.class_weight() is None
     plain.run()
     weighted = _run(tmp_path / "b", "train.class_weights=balanced")
     weighted.run()

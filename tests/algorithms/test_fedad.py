@@ -16,7 +16,6 @@ from fedpath.algorithms.ssl_common import LOCAL_HEADS, WEIGHTS, SSLNet
 from fedpath.config import ConfigError, resolve_params
 from fedpath.data.partition import lodo_plan
 from fedpath.losses import nt_xent
-from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.types import ClientState, Payload, as_numpy_dict
@@ -66,7 +65,7 @@ def test_runtime_bytes_per_round_are_the_encoders(tmp_path: Path) -> None:
     )
     enc = sum(
         v.numel() * v.element_size()
-        for k, v in run.build_model().state_dict().items()
+        for k, v in run.task.build_model().state_dict().items()
         if k.startswith("encoder.")
     )
     assert rec["clients"] == 3
@@ -150,13 +149,15 @@ def test_nt_xent_needs_pairs_error_names_option_and_client(tmp_path: Path) -> No
 
 def test_server_atsa_static_lambda_and_checkpoint(tmp_path: Path) -> None:
     cfg = ssl_cfg(tmp_path, "fedad")
-    ds = load_dataset(cfg.data)
-
-    def build():  # type: ignore[no-untyped-def]
-        return build_model(cfg.model, ds.num_classes)
-
-    init = as_numpy_dict(build().state_dict())
-    sctx = ServerContext(init, ["a", "b"], {"a": "x", "b": "y"}, 3, 0, build)
+    task = client_ctx(cfg).task
+    init = as_numpy_dict(task.build_model().state_dict())
+    sctx = ServerContext(
+        initial_weights=init,
+        client_ids=["a", "b"],
+        client_domains={"a": "x", "b": "y"},
+        seed=0,
+        task=task,
+    )
     params = resolve_params(FedADParams, {}, "algorithm.params")
     server = FedADServer(params, sctx)
     assert set(server.global_weights()) == {k for k in init if k.startswith("encoder.")}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedpath.algorithms.elcfs import BANK, ELCFSServer
-from fedpath.algorithms.moon import PREV
+from fedpath.algorithms.elcfs import AMPLITUDE_BANK, ELCFSServer
+from fedpath.algorithms.moon import MOON_PREV
 from fedpath.algorithms.ssl_common import LOCAL_HEADS, SHARED, WEIGHTS
 from fedpath.data.partition import lodo_plan
 from fedpath.runtime.experiment import load_dataset
@@ -71,7 +71,7 @@ def test_what_each_method_keeps_and_sends(tmp_path: Path) -> None:
     for s in dis.states.values():
         assert {k.split(".")[0] for k in s.arrays[LOCAL_HEADS]} == {"spec", "dec"}
     moon = one_round(tmp_path / "d", "moon")
-    assert all(PREV in s.arrays for s in moon.states.values())
+    assert all(MOON_PREV in s.arrays for s in moon.states.values())
 
 
 def test_moon_second_round_uses_previous_model(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_elcfs_bank_excludes_own_entries_and_survives_checkpoints(
     assert len(clients) == 4
     msgs = server.configure("fit", 2, clients)
     for c in clients:
-        bank = msgs[c].arrays[BANK]["low_band"]
+        bank = msgs[c].arrays[AMPLITUDE_BANK]["low_band"]
         assert len(bank) == sum(len(server.bank[o]) for o in clients if o != c)
         received = {row.tobytes() for row in bank}
         assert not any(row.tobytes() in received for row in server.bank[c])

@@ -37,6 +37,9 @@ TINY = [
     "model.params.attn_dim=8",
     "train.rounds=1",
     "train.local_epochs=3",
+    # CLAM's Adam(lr 2e-4, weight decay 1e-5), the MIL methods' defaults in the papers
+    "train.lr=0.0002",
+    "train.weight_decay=0.00001",
     "runtime.threads=1",
 ]
 FEDHD = [
@@ -137,13 +140,13 @@ def test_fedhd_end_to_end_trains_each_client_and_evaluates_locally(
 
 
 def _ctx(run: InProcessRun, cid: str) -> ClientContext:
-    return run._client_context(cid, 1)
+    return run.client_half(cid, 1).ctx
 
 
 def test_payload_audit_only_synthetic_slides_leave_a_client(tmp_path: Path) -> None:
     cfg = tiny(tmp_path, *FEDHD)
     run = _run(cfg, tmp_path)
-    params = run.params
+    params = run.run_ctx.params
     assert isinstance(params, FedHDParams)
     ctx = _ctx(run, "hospital_0/c0")
     reply = FedHDClient(params, ctx).handle("distill", Payload(), ClientState())
@@ -175,7 +178,7 @@ def test_payload_audit_only_synthetic_slides_leave_a_client(tmp_path: Path) -> N
 
 def test_clients_in_different_embedding_spaces_are_refused(tmp_path: Path) -> None:
     run = _run(tiny(tmp_path, *FEDHD), tmp_path)
-    server = FedHDServer(run.params, run.server.ctx)  # type: ignore[arg-type]
+    server = FedHDServer(run.run_ctx.params, run.server.ctx)  # type: ignore[arg-type]
     arrays = bags_to_arrays([SlideBag("a", torch.zeros(2, 8), 0, "h")])
     replies = {
         "hospital_0/c0": Payload(
@@ -194,12 +197,28 @@ def test_clients_in_different_embedding_spaces_are_refused(tmp_path: Path) -> No
 def test_server_state_round_trips(tmp_path: Path) -> None:
     run = _run(tiny(tmp_path, *FEDHD), tmp_path)
     ctx: ServerContext = run.server.ctx
-    server = FedHDServer(run.params, ctx)  # type: ignore[arg-type]
-    bag = SlideBag("a", torch.ones(3, 8), 1, "h")
-    server.pool = {"c": bags_to_arrays([bag])}
-    other = FedHDServer(run.params, ctx)  # type: ignore[arg-type]
-    other.load_state(server.state())
-    assert np.array_equal(other.pool["c"]["features"], server.pool["c"]["features"])
+    server = FedHDServer(run.run_ctx.params, ctx)  # type: ignore[arg-type]
+    a, b = ctx.client_ids[2], ctx.client_ids[0]
+    server.pool = {
+        a: bags_to_arrays([SlideBag("x", torch.ones(3, 8), 1, "h")]),
+        b: bags_to_arrays(
+            [
+                SlideBag("y", torch.zeros(2, 8), 0, "h"),
+                SlideBag("z", 2 * torch.ones(4, 8), 1, "h"),
+            ]
+        ),
+    }
+    saved = server.state()
+    assert set(saved.arrays) == {"pool"}  # one group; no client id in any key
+    other = FedHDServer(run.run_ctx.params, ctx)  # type: ignore[arg-type]
+    other.load_state(saved)
+    assert set(other.pool) == {a, b}
+    for c in (a, b):
+        for k in ("features", "sizes", "labels"):
+            assert np.array_equal(other.pool[c][k], server.pool[c][k])
+    empty = FedHDServer(run.run_ctx.params, ctx)  # type: ignore[arg-type]
+    empty.load_state(FedHDServer(run.run_ctx.params, ctx).state())  # type: ignore[arg-type]
+    assert empty.pool == {}
 
 
 def test_model_params_for_an_unchosen_architecture_are_refused() -> None:

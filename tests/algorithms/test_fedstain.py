@@ -12,6 +12,7 @@ import torch
 
 from fedpath.algorithms.base import ProtocolError
 from fedpath.algorithms.fedalign import selective_transfer
+from fedpath.algorithms.fedstain import FedStainClient
 from fedpath.algorithms.stats_exchange import audit_payload
 from fedpath.config import ConfigError, load_config
 from fedpath.data.partition import lodo_plan
@@ -165,24 +166,12 @@ def test_fedstain_views_and_loss_terms(
     run = make_run(tmp_path, "algorithm.name=fedstain", *switches)
     calls = spy_calls(run)
     run.run()
-    client_cls = run.spec.client
     ctx_run = run.clients[0]
-    from fedpath.algorithms.base import ClientContext
-
-    ctx = ClientContext(
-        ctx_run.client_id,
-        ctx_run.domain,
-        ctx_run.train,
-        2,
-        run.build_model,
-        run.cfg.train,
-        1,
-        0,
-        torch.device("cpu"),
-    )
-    client = client_cls(run.params, ctx)
+    client = run.client_half(ctx_run.client_id, 1)
+    assert isinstance(client, FedStainClient)
+    ctx = client.ctx
     fit = next(sent for c, s, _, sent, _ in calls if s == "fit" and c == ctx.client_id)
-    model = run.build_model()
+    model = run.task.build_model()
     client.begin(model, fit, run.states[ctx.client_id])
     x = ctx_run.train.load(np.arange(8)).float() / 255
     views = client.views(x)
@@ -254,3 +243,105 @@ def test_strap_stylizes_colour_not_layout() -> None:
     t = rand_conv(x, g, "full")
     assert t.shape == x.shape and bool(torch.isfinite(t).all())
     torch.testing.assert_close(t.mean((2, 3)), x.mean((2, 3)), atol=0.05, rtol=0)
+
+
+def test_fedstain_loss_is_eq6_cls_plus_alpha_ra_plus_beta_js(tmp_path: Path) -> None:
+    """FedStain Eq. 6: L = L_CLS + alpha L_RA + beta L_JS, on the same four views."""
+    import dataclasses
+
+    run = make_run(tmp_path, "algorithm.name=fedstain", "train.rounds=1")
+    run.run()
+    base = run.client_half(run.clients[0].client_id, 1)
+    assert isinstance(base, FedStainClient)
+    data = run.clients[0].train
+    x = data.load(np.arange(8)).float() / 255
+    y = torch.from_numpy(data.labels[:8])
+    model = run.task.build_model()
+
+    def loss_at(alpha: float, beta: float) -> dict[str, torch.Tensor]:
+        client = FedStainClient(
+            dataclasses.replace(base.params, alpha=alpha, beta=beta), base.ctx
+        )
+        client.begin(model, Payload(), run.states[base.ctx.client_id])
+        torch.manual_seed(0)  # the same views (RandStain/AugMix draws) every call
+        return client.loss(model, x, y)
+
+    plain = loss_at(0.0, 0.0)
+    assert float(plain["loss"].detach()) == pytest.approx(float(plain["cls"]))
+    both = loss_at(0.3, 0.7)
+    assert float(both["cls"]) == pytest.approx(float(plain["cls"]), rel=1e-6)
+    assert float(both["ra"]) > 0 and float(both["js"]) > 0
+    expected = float(both["cls"]) + 0.3 * float(both["ra"]) + 0.7 * float(both["js"])
+    assert float(both["loss"].detach()) == pytest.approx(expected, rel=1e-6)
+    only_js = loss_at(0.0, 0.7)  # alpha = 0 drops L_RA entirely
+    assert float(only_js["ra"]) == 0.0
+    assert float(only_js["loss"].detach()) == pytest.approx(
+        float(only_js["cls"]) + 0.7 * float(only_js["js"]), rel=1e-6
+    )
+
+
+def test_forward_views_is_one_pass_split_by_version() -> None:
+    from fedpath.algorithms.views import forward_views
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Linear(12, 5)
+            self.classifier = torch.nn.Linear(5, 3)
+
+        def encode(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x.flatten(1))
+
+    torch.manual_seed(0)
+    net = Net()
+    views = [torch.rand(4, 3, 2, 2) for _ in range(3)]
+    out = forward_views(net, views)
+    assert out.features.shape == (12, 5) and out.logits.shape == (12, 3)
+    assert len(out.zs) == len(out.ls) == 3
+    for v, z, lg in zip(views, out.zs, out.ls, strict=True):
+        torch.testing.assert_close(z, net.encode(v))
+        torch.testing.assert_close(lg, net.classifier(z))
+    assert torch.equal(torch.cat(out.zs), out.features)
+
+
+@pytest.mark.parametrize("algorithm", ["fedccrl", "fedalign"])
+def test_fedccrl_and_fedalign_losses_follow_their_formulas(
+    tmp_path: Path, algorithm: str
+) -> None:
+    """L = CE(x) + CE(v1) + CE(v2) + l1 RA + l2 JS (+ l3 MSE for FedAlign)."""
+    from fedpath.algorithms.base import ALGORITHMS
+    from fedpath.config import resolve_params
+    from fedpath.types import ClientState
+    from tests.fixtures import make_client_context
+
+    over = tiny_overrides(
+        tmp_path, f"algorithm.name={algorithm}", "algorithm.params.augmix=geometric"
+    )
+    cfg = load_config(None, over)
+    params = resolve_params(
+        ALGORITHMS.params(algorithm), cfg.algorithm.params, "algorithm.params"
+    )
+    ctx = make_client_context(cfg=cfg)
+    client = ALGORITHMS.get(algorithm).client(params, ctx)
+    model = ctx.task.images().build_model()
+    client.begin(model, Payload(), ClientState())
+    x = ctx.data.load(np.arange(8)).float() / 255
+    y = torch.from_numpy(ctx.data.labels[:8])
+    out = client.loss(model, x, y)
+    expected = out["cls"] + params.lambda1 * out["ra"] + params.lambda2 * out["js"]
+    if algorithm == "fedalign":
+        expected = expected + params.lambda3 * out["mse"]
+        assert float(out["mse"]) > 0
+    else:
+        assert "mse" not in out
+    assert float(out["ra"]) > 0 and float(out["js"]) >= 0
+    torch.testing.assert_close(out["loss"].detach(), expected, rtol=1e-6, atol=0)
+    # CE is summed over the three versions, as the released code does (eval
+    # mode: BatchNorm statistics would otherwise cover the three versions)
+    model.eval()
+    client.generator.manual_seed(3)
+    views = client.views(x)
+    client.generator.manual_seed(3)
+    ce = sum(ctx.cross_entropy(model(v), y) for v in views)
+    client.generator.manual_seed(3)
+    torch.testing.assert_close(client.loss(model, x, y)["cls"], ce.detach())

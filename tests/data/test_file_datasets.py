@@ -92,6 +92,35 @@ def test_folder_layout(tmp_path: Path) -> None:
         load_dataset(load_config(None, ["data.name=folder", f"data.root={empty}"]).data)
 
 
+def test_one_class_folder_scan_for_datasets_and_evaluation(tmp_path: Path) -> None:
+    from fedpath.data.files import image_files
+    from fedpath.data.manifest import Records, add_class_folders, scan_folders
+    from fedpath.inference import scan_class_folders
+
+    site = tmp_path / "root" / "site0"
+    for cls in ("tumour", "normal"):
+        (site / cls / "deeper").mkdir(parents=True)
+        for name in ("b.PNG", "a.jpg", "notes.txt", "deeper/c.tif"):
+            (site / cls / name).write_bytes(b"")
+    flat = image_files(site / "tumour")
+    assert [p.name for p in flat] == ["a.jpg", "b.PNG"]  # sorted, any suffix case
+    deep = image_files(site / "tumour", recursive=True)
+    assert [p.relative_to(site / "tumour").as_posix() for p in deep] == [
+        "a.jpg",
+        "b.PNG",
+        "deeper/c.tif",
+    ]
+    rec = Records([], [], [], [], [])
+    add_class_folders(rec, site, "site0")
+    assert rec.labels == ["normal", "normal", "tumour", "tumour"]
+    assert rec.domains == ["site0"] * 4 and rec.slides == [str(p) for p in rec.paths]
+    # the dataset layout reads a class folder flat, fedpath evaluate at any depth
+    assert scan_folders(tmp_path / "root").paths == rec.paths
+    evaluated = scan_class_folders(site)
+    assert len(evaluated.paths) == 6 and set(evaluated.domains) == {"site0"}
+    assert evaluated.where == [str(p) for p in evaluated.paths]
+
+
 def test_camelyon17_layout_and_official_split(tmp_path: Path) -> None:
     base = write_wilds_tree(tmp_path)
     for root in (tmp_path, base):  # the folder or its parent

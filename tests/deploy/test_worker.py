@@ -1,9 +1,9 @@
 """The SuperNode's persistent worker: same results, same errors, private socket.
 
 The fast tests serve the worker in a thread of this process and run the Flower
-ClientApp over :class:`~tests.test_flower_loopback.LoopbackGrid` with node config
-``worker`` set, so every stage crosses the worker's socket; the slow ones start the
-worker as the node does (a supervised child process).
+ClientApp over :class:`~tests.runtime.test_flower_loopback.LoopbackGrid` with node
+config ``worker`` set, so every stage crosses the worker's socket; the slow ones start
+the worker as the node does (a supervised child process).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ pytest.importorskip("flwr")
 
 from flwr.app import Context, RecordDict
 
-from fedpath.runtime.flower import RC_CONFIG, deploy, node, worker
+from fedpath.deploy import node, processes, worker, worker_protocol
+from fedpath.runtime.flower import RC_CONFIG
 from fedpath.runtime.flower.client_app import app as client_app
 from fedpath.types import Payload
-from tests.test_flower_loopback import (
+from tests.runtime.test_flower_loopback import (
     assert_same_run,
     config,
     in_process,
@@ -49,7 +50,7 @@ def socket() -> Iterator[Path]:
     thread.start()
     assert ready.wait(10)
     yield sock
-    worker.stop(sock)
+    worker_protocol.stop(sock)
     thread.join(10)
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -141,10 +142,10 @@ def test_a_node_whose_worker_is_down_says_so(
 
 def test_the_socket_is_private_and_needs_the_key(socket: Path) -> None:
     assert socket.stat().st_mode & 0o077 == 0
-    assert worker.key_path(socket).stat().st_mode & 0o777 == 0o600
+    assert worker_protocol.key_path(socket).stat().st_mode & 0o777 == 0o600
     with pytest.raises(AuthenticationError):
         Client(str(socket), family="AF_UNIX", authkey=b"not the key")
-    assert worker.ping(socket) > 0  # still serving
+    assert worker_protocol.ping(socket) > 0  # still serving
 
 
 def test_poll_interval_caps_the_supernodes_idle_wait(
@@ -162,18 +163,18 @@ def test_poll_interval_caps_the_supernodes_idle_wait(
 
 
 def test_supernode_command_with_and_without_worker(tmp_path: Path) -> None:
-    plain = deploy.supernode_command(
+    plain = processes.supernode_command(
         "127.0.0.1:9", 9094, {"client-id": "h/c0"}, poll_interval=None
     )
     assert Path(plain[0]).name == "flower-supernode"
-    sock = deploy.worker_socket(9094)
-    cmd = deploy.supernode_command(
+    sock = processes.worker_socket(9094)
+    cmd = processes.supernode_command(
         "127.0.0.1:9", 9094, {"client-id": "h/c0"}, worker=sock
     )
     split = cmd.index("--")
-    assert cmd[1:3] == ["-m", "fedpath.runtime.flower.node"]
+    assert cmd[1:3] == ["-m", "fedpath.deploy.node"]
     assert cmd[cmd.index("--socket") + 1] == str(sock)
-    assert cmd[cmd.index("--poll-interval") + 1] == str(deploy.POLL_INTERVAL)
+    assert cmd[cmd.index("--poll-interval") + 1] == str(processes.POLL_INTERVAL)
     assert cmd[split + 1 :] == [
         *plain[1:6],
         f'client-id="h/c0" worker="{sock}"',
@@ -184,7 +185,7 @@ def test_supernode_command_with_and_without_worker(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_node_restarts_a_worker_that_dies(tmp_path: Path) -> None:
-    sock = deploy.worker_socket(deploy.free_port())
+    sock = processes.worker_socket(processes.free_port())
     sup = node.WorkerSupervisor(sock, tmp_path / "worker.log").start()
     try:
         assert sup.wait_ready(120), (tmp_path / "worker.log").read_text()
@@ -196,7 +197,7 @@ def test_the_node_restarts_a_worker_that_dies(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert sup.restarts == 1
         assert sup.wait_ready(120), (tmp_path / "worker.log").read_text()
-        assert worker.ping(sock) not in (first, 0)
+        assert worker_protocol.ping(sock) not in (first, 0)
     finally:
         sup.stop()
     assert sup.proc is not None and sup.proc.poll() is not None
@@ -208,8 +209,10 @@ def test_a_failed_stage_leaves_the_node_state_alone(socket: Path) -> None:
 
     context = Context(1, 7, {"client-id": "x"}, RecordDict(), {})
     context.state["stale"] = ArrayRecord({"a": Array(np.zeros(2))})
-    with pytest.raises(worker.WorkerError, match="NodeError: client x: message"):
-        worker.call(socket, RecordDict(), context)
+    with pytest.raises(
+        worker_protocol.WorkerError, match="NodeError: client x: message"
+    ):
+        worker_protocol.call(socket, RecordDict(), context)
     assert "stale" in context.state  # a failed stage leaves the state alone
 
 
@@ -222,13 +225,13 @@ def test_cli_supernode_runs_with_a_worker_unless_told_not_to(
     base += ["--client-id", "hospital_0/c0", "--port", "9111", "--dry-run"]
     assert main(base) == 0
     cmd = capsys.readouterr().out
-    sock = deploy.worker_socket(9111)
-    assert "-m fedpath.runtime.flower.node" in cmd
+    sock = processes.worker_socket(9111)
+    assert "-m fedpath.deploy.node" in cmd
     assert f"--socket {sock} --poll-interval 0.2 --" in cmd
     assert f'worker="{sock}"' in cmd
     assert main([*base, "--no-worker", "--poll-interval", "0"]) == 0
     plain = capsys.readouterr().out
     assert "flower-supernode --superlink 10.0.0.1:9092" in plain
-    assert "worker" not in plain and "fedpath.runtime.flower.node" not in plain
+    assert "worker" not in plain and "fedpath.deploy.node" not in plain
     assert main([*base, "--worker-socket", "/tmp/" + "x" * 120]) != 0
     assert "shorter than 100 characters" in capsys.readouterr().err

@@ -12,21 +12,33 @@ import pytest
 from sklearn import metrics as skm
 
 from fedpath.evaluation import metrics as fm
+from fedpath.evaluation.groups import per_group_metrics, worst_group
 from fedpath.evaluation.metrics import (
+    BINARY_METRIC_NAMES,
     METRIC_NAMES,
     classification_metrics,
     confusion_matrix,
-    per_group_metrics,
+    metrics_with_confusion,
     roc_curve,
-    worst_group,
 )
 
+#: computed from counts like scikit-learn does: equal to the last bit
+EXACT = {"accuracy", "balanced_accuracy", "macro_f1", "macro_precision"}
+EXACT |= {"macro_recall", *BINARY_METRIC_NAMES}
 
-def sklearn_reference(y: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+
+def names_for(num_classes: int) -> tuple[str, ...]:
+    return METRIC_NAMES + (BINARY_METRIC_NAMES if num_classes == 2 else ())
+
+
+def sklearn_reference(
+    y: np.ndarray, probs: np.ndarray, pred: np.ndarray | None = None
+) -> dict[str, float]:
     """All metrics computed with scikit-learn, following the documented semantics."""
     num_classes = probs.shape[1]
-    pred = np.argmax(probs, axis=1)
+    pred = np.argmax(probs, axis=1) if pred is None else pred
     present = np.unique(y)
+    every = {"labels": list(range(num_classes)), "zero_division": 0}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if present.size < 2:
@@ -39,29 +51,34 @@ def sklearn_reference(y: np.ndarray, probs: np.ndarray) -> dict[str, float]:
             auroc = float(
                 np.mean([skm.roc_auc_score(y == c, probs[:, c]) for c in present])
             )
-        return {
+        ref = {
             "accuracy": skm.accuracy_score(y, pred),
             "balanced_accuracy": skm.balanced_accuracy_score(y, pred),
-            "macro_f1": skm.f1_score(
-                y,
-                pred,
-                labels=list(range(num_classes)),
-                average="macro",
-                zero_division=0,
-            ),
+            "macro_f1": skm.f1_score(y, pred, average="macro", **every),
             "auroc": auroc,
             "mcc": skm.matthews_corrcoef(y, pred),
+            "macro_precision": skm.precision_score(y, pred, average="macro", **every),
+            "macro_recall": skm.recall_score(y, pred, average="macro", **every),
         }
+        if num_classes == 2:  # the positive class 1, average="binary"
+            ref["f1"] = skm.f1_score(y, pred, zero_division=0)
+            ref["precision"] = skm.precision_score(y, pred, zero_division=0)
+            ref["recall"] = skm.recall_score(y, pred, zero_division=0)
+        return ref
 
 
-def assert_matches_sklearn(y: np.ndarray, probs: np.ndarray) -> None:
-    ours = classification_metrics(y, probs)
-    ref = sklearn_reference(y, probs)
-    assert tuple(ours) == METRIC_NAMES
-    for name in METRIC_NAMES:
+def assert_matches_sklearn(
+    y: np.ndarray, probs: np.ndarray, pred: np.ndarray | None = None
+) -> None:
+    ours = classification_metrics(y, probs, pred)
+    ref = sklearn_reference(y, probs, pred)
+    assert tuple(ours) == names_for(probs.shape[1])
+    for name in ours:
         assert isinstance(ours[name], float), name
         if math.isnan(ref[name]):
             assert math.isnan(ours[name]), name
+        elif name in EXACT:
+            assert ours[name] == float(ref[name]), name
         else:
             assert ours[name] == pytest.approx(ref[name], abs=1e-12), name
 
@@ -107,7 +124,7 @@ def test_perfect_predictions(num_classes: int) -> None:
     y = np.tile(np.arange(num_classes), 5)
     probs = np.eye(num_classes)[y] * 0.9 + 0.1 / num_classes
     result = classification_metrics(y, probs)
-    assert result == pytest.approx({name: 1.0 for name in METRIC_NAMES})
+    assert result == pytest.approx({name: 1.0 for name in names_for(num_classes)})
     assert_matches_sklearn(y, probs)
 
 
@@ -150,6 +167,40 @@ def test_single_sample() -> None:
     assert_matches_sklearn(np.array([1]), np.array([[0.2, 0.8]]))
 
 
+@pytest.mark.parametrize("num_classes", [2, 3])
+@pytest.mark.parametrize("seed", range(5))
+def test_given_predictions_replace_the_argmax(num_classes: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    y, probs = random_case(rng, num_classes, ties=False, n=40)
+    pred = rng.integers(0, num_classes, size=40)  # a decision rule of its own
+    assert_matches_sklearn(y, probs, pred)
+    # the AUROC ranks the probabilities, whatever the hard predictions
+    assert (
+        classification_metrics(y, probs, pred)["auroc"]
+        == classification_metrics(y, probs)["auroc"]
+    )
+    report = metrics_with_confusion(y, probs, pred)
+    every = list(range(num_classes))
+    assert report["confusion"] == skm.confusion_matrix(y, pred, labels=every).tolist()
+    assert metrics_with_confusion(y, probs)["confusion"] == (
+        skm.confusion_matrix(y, probs.argmax(1), labels=every).tolist()
+    )
+    with pytest.raises(ValueError, match="y_pred"):
+        classification_metrics(y, probs, np.full(40, num_classes))
+
+
+def test_binary_scores_are_those_of_class_one() -> None:
+    # 3 positives: 2 found, 1 false alarm; the negative class scores differently
+    y = np.array([1, 1, 1, 0, 0, 0, 0])
+    probs = np.array([[0.2, 0.8]] * 2 + [[0.9, 0.1]] + [[0.3, 0.7]] + [[0.8, 0.2]] * 3)
+    m = classification_metrics(y, probs)
+    assert (m["precision"], m["recall"]) == (2 / 3, 2 / 3)
+    assert m["f1"] == 2 * 2 / (3 + 3)
+    neg_f1 = 2 * 3 / (4 + 4)
+    assert m["macro_f1"] == (m["f1"] + neg_f1) / 2
+    assert "f1" not in classification_metrics(np.arange(3), np.eye(3))
+
+
 def test_accepts_bool_and_integral_float_labels() -> None:
     probs = [[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]
     ref = classification_metrics(np.array([0, 1, 1]), np.array(probs))
@@ -185,11 +236,13 @@ def test_roc_curve_matches_sklearn(ties: bool, seed: int) -> None:
     y = rng.integers(0, 2, size=n)
     y[:2] = [0, 1]
     scores = rng.integers(0, 4, size=n) / 3 if ties else rng.normal(size=n)
-    fpr, tpr, thr = roc_curve(y, scores)
-    ref_fpr, ref_tpr, ref_thr = skm.roc_curve(y, scores, drop_intermediate=False)
-    np.testing.assert_allclose(fpr, ref_fpr)
-    np.testing.assert_allclose(tpr, ref_tpr)
-    np.testing.assert_array_equal(thr, ref_thr)
+    for drop in (False, True):
+        fpr, tpr, thr = roc_curve(y, scores, drop_intermediate=drop)
+        ref_fpr, ref_tpr, ref_thr = skm.roc_curve(y, scores, drop_intermediate=drop)
+        # the same points to the last bit (the probe reports the dropped form)
+        np.testing.assert_array_equal(fpr, ref_fpr)
+        np.testing.assert_array_equal(tpr, ref_tpr)
+        np.testing.assert_array_equal(thr, ref_thr)
 
 
 def test_roc_curve_without_negatives_is_nan_fpr() -> None:
@@ -297,4 +350,4 @@ def test_module_does_not_import_sklearn() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert "sklearn" not in imported
-    assert imported <= {"__future__", "numpy"}
+    assert imported <= {"__future__", "numpy", "typing"}

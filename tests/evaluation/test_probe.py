@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ def test_binary_probe_reports_every_metric_as_json() -> None:
     tx, ty = blobs(80, seed=0)
     vx, vy = blobs(40, seed=1)
     out = linear_probe(tx, ty, vx, vy, folds=5, cs=(0.01, 1.0, 100.0))
-    json.dumps(out, allow_nan=False)
+    json.dumps(out, allow_nan=False)  # defined metrics: strict JSON
     assert out["f1"] > 0.8 and out["auroc"] > 0.9
     assert out["folds"] == 5 and out["C"] in (0.01, 1.0, 100.0)
     assert (out["n_train"], out["n_test"]) == (80, 40)
@@ -35,31 +36,83 @@ def test_binary_probe_reports_every_metric_as_json() -> None:
     assert out["C"] == max((0.01, 1.0, 100.0), key=lambda c: out["cv_f1"][repr(c)])
 
 
-def test_matches_a_direct_sklearn_fit() -> None:
+def sklearn_fit(
+    tx: np.ndarray, ty: np.ndarray, vx: np.ndarray, c: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Test predictions and probabilities of the probe's model fitted directly."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import f1_score, precision_score, recall_score, roc_auc_score
     from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(tx)
+    clf = LogisticRegression(C=c, max_iter=100).fit(scaler.transform(tx), ty)
+    return clf.predict(scaler.transform(vx)), clf.predict_proba(scaler.transform(vx))
+
+
+def test_binary_matches_a_direct_sklearn_fit() -> None:
+    from sklearn import metrics as skm
 
     tx, ty = blobs(60, shift=0.7, seed=2)
     vx, vy = blobs(50, shift=0.7, seed=3)
     out = linear_probe(tx, ty, vx, vy, cs=(0.1,), max_iter=100)
-    scaler = StandardScaler().fit(tx)
-    clf = LogisticRegression(C=0.1, max_iter=100).fit(scaler.transform(tx), ty)
-    pred = clf.predict(scaler.transform(vx))
-    prob = clf.predict_proba(scaler.transform(vx))[:, 1]
-    assert out["f1"] == pytest.approx(f1_score(vy, pred))
-    assert out["precision"] == pytest.approx(precision_score(vy, pred))
-    assert out["recall"] == pytest.approx(recall_score(vy, pred))
-    assert out["auroc"] == pytest.approx(roc_auc_score(vy, prob))
+    pred, prob = sklearn_fit(tx, ty, vx, 0.1)
+    # counts-based scores: the same numbers to the last bit as scikit-learn's
+    assert out["f1"] == skm.f1_score(vy, pred)
+    assert out["precision"] == skm.precision_score(vy, pred)
+    assert out["recall"] == skm.recall_score(vy, pred)
+    assert out["accuracy"] == skm.accuracy_score(vy, pred)
+    assert out["balanced_accuracy"] == skm.balanced_accuracy_score(vy, pred)
+    assert out["macro_f1"] == skm.f1_score(vy, pred, average="macro")
+    assert out["confusion"] == skm.confusion_matrix(vy, pred).tolist()
+    assert out["mcc"] == pytest.approx(skm.matthews_corrcoef(vy, pred), abs=1e-12)
+    assert out["auroc"] == pytest.approx(skm.roc_auc_score(vy, prob[:, 1]), abs=1e-12)
+    fpr, tpr, _ = skm.roc_curve(vy, prob[:, 1])
+    assert out["roc"] == {"fpr": fpr.tolist(), "tpr": tpr.tolist()}
+
+
+def test_cv_f1_is_sklearn_f1_of_the_folds() -> None:
+    from sklearn.metrics import f1_score
+    from sklearn.model_selection import StratifiedKFold
+
+    tx, ty = blobs(40, shift=0.5, seed=6)
+    vx, vy = blobs(20, shift=0.5, seed=7)
+    out = linear_probe(tx, ty, vx, vy, folds=3, cs=(0.1, 1.0), seed=4)
+    splits = list(StratifiedKFold(3, shuffle=True, random_state=4).split(tx, ty))
+    for c in (0.1, 1.0):
+        scores = [
+            f1_score(ty[va], sklearn_fit(tx[tr], ty[tr], tx[va], c)[0], zero_division=0)
+            for tr, va in splits
+        ]
+        assert out["cv_f1"][repr(c)] == float(np.mean(scores))
 
 
 def test_multiclass_is_macro_without_roc_curve() -> None:
+    from sklearn import metrics as skm
+
     tx, ty = blobs(90, classes=3, seed=4)
     vx, vy = blobs(45, classes=3, seed=5)
-    out = linear_probe(tx, ty, vx, vy)
+    out = linear_probe(tx, ty, vx, vy, cs=(1.0,))
+    pred, _ = sklearn_fit(tx, ty, vx, 1.0)
     assert np.array(out["confusion"]).shape == (3, 3)
-    assert 0.0 <= out["f1"] <= 1.0 and out["auroc"] is not None
-    assert "roc" not in out
+    assert "f1" not in out and "roc" not in out  # no positive class
+    for name, score in (
+        ("macro_f1", skm.f1_score),
+        ("macro_precision", skm.precision_score),
+        ("macro_recall", skm.recall_score),
+    ):
+        assert out[name] == score(vy, pred, average="macro", zero_division=0), name
+    assert 0.0 <= out["macro_f1"] <= 1.0 and not math.isnan(out["auroc"])
+
+
+def test_single_class_test_split_has_nan_auroc_and_string_labels() -> None:
+    tx, ty = blobs(40, seed=8)
+    vx, _ = blobs(10, seed=9)
+    names = np.array(["normal", "tumour"])
+    out = linear_probe(tx, names[ty], vx, np.full(10, "tumour"), cs=(1.0,))
+    assert out["classes"] == ["normal", "tumour"]
+    assert math.isnan(out["auroc"])  # the one marker of an undefined value
+    assert out["roc"] == {"fpr": [], "tpr": []}
+    assert sum(out["confusion"][0]) == 0 and sum(out["confusion"][1]) == 10
+    assert out["recall"] == out["accuracy"]  # every test image is a positive
 
 
 def test_one_class_train_split_names_the_domain() -> None:

@@ -103,6 +103,19 @@ def test_other_metric_and_scale() -> None:
     assert table.std[0, 1] == pytest.approx(np.std([0.45, 0.43, 0.40], ddof=1))
 
 
+def test_undefined_metric_is_nan_whether_nan_or_null() -> None:
+    # NaN is the convention; probe results written before it hold JSON null
+    rows = [
+        ResultRow("FedAD", "A", 0, {"auroc": 0.8}),
+        ResultRow("FedAD", "A", 1, {"auroc": math.nan}),
+        ResultRow("FedAD", "B", 0, {"auroc": None}),
+        ResultRow("FedAD", "B", 1, {"auroc": 0.6}),
+    ]
+    table = build_table(rows, metric="auroc", scale=1.0)
+    assert np.isnan(table.mean).all() and table.n_seeds.tolist() == [[2, 2, 2]]
+    assert "–" in to_markdown(table)
+
+
 def test_duplicate_rows_rejected() -> None:
     rows = [*make_rows(RAW), ResultRow("FedAvg", "A", 1, {"accuracy": 0.5})]
     with pytest.raises(

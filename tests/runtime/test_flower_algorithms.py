@@ -1,7 +1,7 @@
 """Every kind of algorithm runs over Flower exactly as in-process.
 
-:class:`~tests.test_flower_loopback.LoopbackGrid` (Flower's wire serialization, the
-real ClientApp, no processes) for the families beyond image classifiers:
+:class:`~tests.runtime.test_flower_loopback.LoopbackGrid` (Flower's wire serialization,
+the real ClientApp, no processes) for the families beyond image classifiers:
 
 - slide bags with per-client evaluation (``evaluation.protocol: local``): FedHD
   (one-round synthetic-slide exchange, a hospital with its own architecture),
@@ -25,14 +25,14 @@ pytest.importorskip("flwr")
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.utils.io import read_jsonl
-from tests.ssl_helpers import SSL_TINY
-from tests.test_fedhd import FEDHD
-from tests.test_fedhd import TINY as BAGS
-from tests.test_flower_loopback import (
+from tests.algorithms.test_fedhd import FEDHD
+from tests.algorithms.test_fedhd import TINY as BAGS
+from tests.runtime.test_flower_loopback import (
     nodes_for,
     run_over_grid,
     task_identity,  # noqa: F401  (fixture)
 )
+from tests.ssl_helpers import SSL_TINY
 
 HOSPITALS = ("hospital_0/c0", "hospital_1/c0", "hospital_2/c0")
 

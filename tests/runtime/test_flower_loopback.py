@@ -42,6 +42,7 @@ from flwr.supercore.inflatable.inflatable_utils import (
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpath.config import ExperimentConfig, load_config
+from fedpath.deploy import flwr_cli, pki, processes
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.runtime.flower import (
     META,
@@ -51,16 +52,14 @@ from fedpath.runtime.flower import (
     RC_REPLY_TIMEOUT,
     RC_RESUME,
     RC_WAIT_NODES,
-    deploy,
 )
 from fedpath.runtime.flower.client_app import app as client_app
+from fedpath.runtime.flower.nodes import FlowerSettings
 from fedpath.runtime.flower.records import payload_to_records
-from fedpath.runtime.flower.server_app import (
-    FlowerSettings,
-    run_federation,
-)
+from fedpath.runtime.flower.server_app import run_federation
 from fedpath.types import Payload
 from fedpath.utils.io import read_jsonl
+from tests.flower_helpers import register_node, run_logs
 
 TINY = [
     "data.params.num_hospitals=3",
@@ -460,7 +459,7 @@ class Federation:
     home: Path
     app: Path
     connection: str
-    services: list[deploy.Service]
+    services: list[processes.Service]
 
     def run(
         self, cfg: ExperimentConfig, timeout: float = 300.0, **run_config: Any
@@ -471,19 +470,19 @@ class Federation:
             RC_WAIT_NODES: 60.0,
             **run_config,
         }
-        run_id = deploy.start_run(self.app, self.connection, self.home, values)
+        run_id = flwr_cli.start_run(self.app, self.connection, self.home, values)
         final = run_dir_for(cfg, cfg.lodo.targets[0], 0) / "final.json"
         try:
-            deploy.wait_run(
+            flwr_cli.wait_run(
                 run_id, self.connection, self.home, timeout, done=final.is_file
             )
-        except deploy.DeployError as err:
-            logs = deploy.run_logs(run_id, self.connection, self.home)
+        except processes.DeployError as err:
+            logs = run_logs(run_id, self.connection, self.home)
             raise AssertionError(f"{err}\n--- run logs:\n{logs[-4000:]}") from None
-        status = deploy.run_status(run_id, self.connection, self.home)
+        status = flwr_cli.run_status(run_id, self.connection, self.home)
         assert final.is_file(), (
             f"run {run_id} {status}:\n"
-            f"{deploy.run_logs(run_id, self.connection, self.home)[-4000:]}"
+            f"{run_logs(run_id, self.connection, self.home)[-4000:]}"
         )
         return run_id
 
@@ -495,33 +494,33 @@ class Federation:
 def start_federation(
     root: Path,
     clients: Iterable[str],
-    tls: deploy.TlsFiles | None = None,
+    tls: pki.TlsFiles | None = None,
     keys: dict[str, tuple[Path, Path]] | None = None,
     worker: bool = True,
 ) -> Federation:
     """SuperLink + one SuperNode per client; ``worker=False``: plain Flower nodes."""
-    link, address = deploy.start_superlink(
+    link, address = processes.start_superlink(
         root / "link", tls=tls, node_auth=keys is not None
     )
     fed = Federation(
         root,
         address,
         root / "cli",
-        deploy.write_app(root / "app"),
+        flwr_cli.write_app(root / "app"),
         "test",
         [link],
     )
     try:
-        deploy.write_connection(
+        flwr_cli.write_connection(
             fed.home, "test", address, tls.ca_cert if tls is not None else None
         )
         for i, cid in enumerate(clients):
             key = None
             if keys is not None:
                 key, public = keys[cid]
-                deploy.register_node(public, "test", fed.home)
+                register_node(public, "test", fed.home)
             fed.services.append(
-                deploy.start_supernode(
+                processes.start_supernode(
                     root,
                     f"node{i}",
                     address,
@@ -529,7 +528,7 @@ def start_federation(
                     tls.ca_cert if tls is not None else None,
                     key,
                     worker=worker,
-                    poll_interval=deploy.POLL_INTERVAL if worker else None,
+                    poll_interval=processes.POLL_INTERVAL if worker else None,
                 )
             )
         for svc in fed.services[1:]:
@@ -572,15 +571,15 @@ def test_node_killed_mid_run(federation: Federation, tmp_path: Path) -> None:
         )
 
     values = {RC_CONFIG: cfg.to_yaml(), RC_REPLY_TIMEOUT: 45.0, RC_WAIT_NODES: 60.0}
-    run_id = deploy.start_run(federation.app, "test", federation.home, values)
-    deploy.wait_for(round_one_done, 240, "round 1 of the run", federation.services)
+    run_id = flwr_cli.start_run(federation.app, "test", federation.home, values)
+    processes.wait_for(round_one_done, 240, "round 1 of the run", federation.services)
     doomed = federation.services[2]  # serves hospital_1/c0
     doomed.stop(kill=True)  # the hospital's machine goes down: no reply, no goodbye
     final = run_dir_for(cfg, "hospital_2", 0) / "final.json"
     try:
-        deploy.wait_run(run_id, "test", federation.home, 240, done=final.is_file)
+        flwr_cli.wait_run(run_id, "test", federation.home, 240, done=final.is_file)
     finally:  # the next test gets a federation of two again
-        federation.services[2] = deploy.start_supernode(
+        federation.services[2] = processes.start_supernode(
             federation.root,
             "node1-again",
             federation.address,
@@ -594,7 +593,7 @@ def test_node_killed_mid_run(federation: Federation, tmp_path: Path) -> None:
     reason = failures[0]["reason"]
     assert "no reply within reply-timeout=45 s" in reason or "node" in reason.lower()
     node = failures[0]["node"]
-    logs = deploy.run_logs(run_id, "test", federation.home)
+    logs = run_logs(run_id, "test", federation.home)
     assert f"client hospital_1/c0 (node {node}) failed" in logs
     assert json.loads(final.read_text())["round"] == 2
     federation.services[2].wait_log("SuperNode ID", 60)
@@ -603,10 +602,10 @@ def test_node_killed_mid_run(federation: Federation, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     root = tmp_path_factory.mktemp("secure")
-    tls = deploy.make_certificates(root / "certs")
+    tls = pki.make_certificates(root / "certs")
     clients = ["hospital_0/c0", "hospital_1/c0"]
     keys = {
-        c: deploy.make_node_keys(root / "keys", f"h{i}") for i, c in enumerate(clients)
+        c: pki.make_node_keys(root / "keys", f"h{i}") for i, c in enumerate(clients)
     }
     fed = start_federation(root, clients, tls, keys, worker=False)  # plain Flower
     yield fed
@@ -625,9 +624,9 @@ def test_tls_and_authenticated_nodes_equal_in_process(
 
 @pytest.mark.slow
 def test_unregistered_node_is_refused(secure: Federation) -> None:
-    key, _ = deploy.make_node_keys(secure.root / "keys", "rogue")
+    key, _ = pki.make_node_keys(secure.root / "keys", "rogue")
     ca = secure.root / "certs" / "ca.crt"
-    rogue = deploy.start_supernode(
+    rogue = processes.start_supernode(
         secure.root,
         "rogue",
         secure.address,
@@ -637,11 +636,13 @@ def test_unregistered_node_is_refused(secure: Federation) -> None:
         max_wait=5,
     )
     secure.services.append(rogue)
-    deploy.wait_for(lambda: not rogue.alive(), 60, "the rogue node to give up", rogue)
+    processes.wait_for(
+        lambda: not rogue.alive(), 60, "the rogue node to give up", rogue
+    )
     assert rogue.proc.returncode != 0
     assert "Failed to activate SuperNode" in rogue.log_text()
     assert "No SuperNode found with the given public key" in (
         secure.services[0].log_text()
     )
-    listed = deploy.flwr(["supernode", "ls", "test", "--format", "json"], secure.home)
+    listed = flwr_cli.flwr(["supernode", "ls", "test", "--format", "json"], secure.home)
     assert listed.stdout.count('"node-id"') == 2, listed.stdout

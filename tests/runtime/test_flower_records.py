@@ -18,7 +18,7 @@ from flwr.supercore.inflatable.inflatable_utils import (
     inflate_object_from_contents,
 )
 
-from fedpath.runtime.flower.deploy import APP_PYPROJECT
+from fedpath.deploy.flwr_cli import APP_PYPROJECT
 from fedpath.runtime.flower.records import (
     RecordError,
     clear_records,
@@ -225,5 +225,5 @@ def test_non_payload_scalars_in_records_fail() -> None:
 
 
 def test_flower_app_folder_matches_the_template() -> None:
-    shipped = Path(__file__).resolve().parents[1] / "flower_app" / "pyproject.toml"
+    shipped = Path(__file__).resolve().parents[2] / "flower_app" / "pyproject.toml"
     assert shipped.read_text() == APP_PYPROJECT

@@ -77,3 +77,43 @@ def test_bad_input_is_named() -> None:
         simclr_augment(torch.zeros(3, 8, 8), gen(0))
     with pytest.raises(ValueError, match="hue"):
         SimCLRAugment(hue=0.7)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"flip_p": 1.5}, r"'flip_p': expected a number in \[0, 1\], got 1.5"),
+        ({"jitter_p": -0.1}, r"'jitter_p': expected a number in \[0, 1\]"),
+        ({"gray_p": float("nan")}, r"'gray_p': expected a number in \[0, 1\]"),
+        ({"blur_p": 2}, r"'blur_p': expected a number in \[0, 1\], got 2"),
+        ({"brightness": 1.2}, r"'brightness': expected a number in \[0, 1\]"),
+        ({"contrast": -0.4}, r"'contrast': expected a number in \[0, 1\]"),
+        ({"saturation": 1.01}, r"'saturation': expected a number in \[0, 1\]"),
+        ({"hue": 0.7}, r"'hue': expected a number in \[0, 0.5\], got 0.7"),
+        (
+            {"crop_min_scale": 0.0},
+            r"'crop_min_scale': expected a number in \[1e-06, 1\]",
+        ),
+        ({"blur_sigma": (2.0, 1.0)}, r"'blur_sigma': expected \(lo, hi\) with 0 < lo"),
+        ({"blur_sigma": (0.0, 1.0)}, r"'blur_sigma': expected \(lo, hi\)"),
+    ],
+)
+def test_parameters_are_checked(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SimCLRAugment(**kwargs)  # type: ignore[arg-type]
+
+
+def test_boundary_parameters_are_valid() -> None:
+    edge = SimCLRAugment(
+        crop_min_scale=1.0,
+        flip_p=0.0,
+        jitter_p=1.0,
+        brightness=0.0,
+        contrast=1.0,
+        hue=0.5,
+        gray_p=0.0,
+        blur_p=1.0,
+        blur_sigma=(1.0, 1.0),
+    )
+    out = edge(torch.rand(2, 3, 8, 8, generator=gen(0)), gen(1))
+    assert out.shape == (2, 3, 8, 8)

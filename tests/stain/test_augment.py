@@ -317,3 +317,40 @@ def test_all_ops_on_white_images() -> None:
         assert torch.isfinite(out).all()
     torch.testing.assert_close(outs[1], white, atol=1e-5, rtol=0)  # white -> white
     torch.testing.assert_close(outs[5], white)
+
+
+def test_shape_fit_budget_reaches_the_shape_step_only() -> None:
+    from fedpath.stain.shape import ACCURATE_FIT, ShapeFit
+
+    x, p = images(), pool()
+    y = to_space(x, "lab")
+    targets = p.sample(8, gen(6), "direct")
+    cheap = ShapeFit(iters=1, max_fit_pixels=64, refine_iters=0)  # FedStain-like
+    exact = randstain_in_space(y, targets)
+    assert torch.equal(exact, randstain_in_space(y, targets, shape_fit=ACCURATE_FIT))
+    rough = randstain_in_space(y, targets, shape_fit=cheap)
+    assert not torch.equal(rough, exact)
+    # the mean and std are matched whatever the budget; the shape less closely
+    torch.testing.assert_close(
+        image_statistics(rough, "mean_std"), targets[..., :2], atol=1e-3, rtol=1e-4
+    )
+
+    def shape_error(out: torch.Tensor) -> float:
+        return float(
+            (image_statistics(out, "moments")[..., 2:] - targets[..., 2:]).abs().mean()
+        )
+
+    assert shape_error(exact) <= shape_error(rough)
+    # without the higher-order step the budget has nothing to act on
+    assert torch.equal(
+        randstain_in_space(y, targets, higher_order=False),
+        randstain_in_space(y, targets, higher_order=False, shape_fit=cheap),
+    )
+    assert torch.equal(
+        mixstyle(x, pool("rgb", "mean_std"), gen(1), alpha=0.5),
+        mixstyle(x, pool("rgb", "mean_std"), gen(1), alpha=0.5, shape_fit=cheap),
+    )
+    assert not torch.equal(
+        mixstyle(x, pool("rgb"), gen(1), alpha=0.5),
+        mixstyle(x, pool("rgb"), gen(1), alpha=0.5, shape_fit=cheap),
+    )

@@ -15,6 +15,8 @@ from fedpath.stain.moments import (
     image_statistics,
 )
 from fedpath.stain.shape import (
+    ACCURATE_FIT,
+    ShapeFit,
     feasible_shape,
     fit_sinh_arcsinh,
     match_shape,
@@ -201,7 +203,9 @@ def test_match_shape_hits_reachable_targets() -> None:
     eps0 = torch.rand(6, 4, generator=g) * 1.2 - 0.6
     delta0 = torch.exp(torch.rand(6, 4, generator=g) * 1.0 - 0.5)
     target = channel_moments(sinh_arcsinh(z, eps0, delta0))
-    m = channel_moments(match_shape(z, target.skewness, target.kurtosis, iters=12))
+    m = channel_moments(
+        match_shape(z, target.skewness, target.kurtosis, shape_fit=ShapeFit(iters=12))
+    )
     assert (m.skewness - target.skewness).abs().max() < 2e-2
     assert (m.kurtosis - target.kurtosis).abs().max() < 5e-2
 
@@ -216,7 +220,7 @@ def test_match_shape_subsampled_fit_matches_full_fit() -> None:
     eps0 = torch.rand(2, 3, generator=g) * 0.8 - 0.4
     delta0 = torch.exp(torch.rand(2, 3, generator=g) * 0.5 - 0.5)
     t = channel_moments(sinh_arcsinh(z, eps0, delta0))
-    y = match_shape(z, t.skewness, t.kurtosis, max_fit_pixels=1024)
+    y = match_shape(z, t.skewness, t.kurtosis, shape_fit=ShapeFit(max_fit_pixels=1024))
     m = channel_moments(y)
     # The default single refinement step closes most of the subsampling gap ...
     assert (m.skewness - t.skewness).abs().max() < 0.05
@@ -225,12 +229,42 @@ def test_match_shape_subsampled_fit_matches_full_fit() -> None:
     assert (y.flatten(2).gather(-1, order).diff(dim=-1) >= 0).all()
     # ... and two close it.
     e, d, achieved = fit_sinh_arcsinh(
-        z, t.skewness, t.kurtosis, max_fit_pixels=1024, refine_iters=3
+        z,
+        t.skewness,
+        t.kurtosis,
+        shape_fit=ShapeFit(max_fit_pixels=1024, refine_iters=3),
     )
     m3 = channel_moments(sinh_arcsinh(z, e, d))
     torch.testing.assert_close(m3.skewness, achieved[..., 0], atol=1e-4, rtol=1e-4)
     assert (m3.skewness - t.skewness).abs().max() < 1e-2
     assert ((m3.kurtosis - t.kurtosis) / (1 + t.kurtosis.abs())).abs().max() < 1e-2
+
+
+def test_shape_fit_budget_defaults_and_validation() -> None:
+    # The library default is the accurate fit; FedStain's cheaper training budget
+    # is its own config (FedStainParams.shape_*), documented on ShapeFit.
+    assert ACCURATE_FIT == ShapeFit() == ShapeFit(8, 4096, 2)
+    z = shape_batch(4)
+    ts, tk = torch.full((6, 4), 0.8), torch.full((6, 4), 1.5)
+    torch.testing.assert_close(
+        match_shape(z, ts, tk),
+        match_shape(z, ts, tk, shape_fit=ShapeFit(8, 4096, 2)),
+        rtol=0,
+        atol=0,
+    )
+    # 0 refinement steps after a subsampled fit: the coarse fit's own moments
+    e, d, achieved = fit_sinh_arcsinh(
+        z, ts, tk, shape_fit=ShapeFit(iters=3, max_fit_pixels=64, refine_iters=0)
+    )
+    sub = z.flatten(2)[..., ::16]  # 32 x 32 = 1024 pixels, every 16th: 64
+    coarse = channel_moments(sinh_arcsinh(sub.unsqueeze(2), e, d))
+    torch.testing.assert_close(coarse.skewness, achieved[..., 0], atol=1e-4, rtol=1e-4)
+    for bad in ({"iters": -1}, {"refine_iters": 1.5}, {"iters": True}):
+        with pytest.raises(ValueError, match="must be an int >= 0"):
+            ShapeFit(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_fit_pixels must be >= 16"):
+        ShapeFit(max_fit_pixels=8)
+    assert ShapeFit(max_fit_pixels=None).max_fit_pixels is None
 
 
 def test_match_shape_strength_interpolates() -> None:

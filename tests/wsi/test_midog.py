@@ -17,9 +17,10 @@ from fedpath.data.base import DataError
 from fedpath.data.manifest import read_manifest
 from fedpath.runtime.experiment import load_dataset
 from fedpath.wsi import cli as wsi_cli
-from fedpath.wsi.midog import MvMidogParams, build_mvmidog, place_positive
-from fedpath.wsi.tiling import QualityThresholds, reject_reason
-from tests.test_wsi import he_image, tissue_edge, write_slide
+from fedpath.wsi.midog import MvMidogParams, build_mvmidog
+from fedpath.wsi.midog_patches import place_positive
+from fedpath.wsi.quality import QualityThresholds, reject_reason
+from tests.wsi.test_wsi import he_image, tissue_edge, write_slide
 
 W, H = 1600, 1200
 # (centre, category, drawn): category 1 mitotic figure, 2 imposter

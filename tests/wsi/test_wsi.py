@@ -21,7 +21,8 @@ from fedpath.models.backbones import build_model
 from fedpath.wsi import cli as wsi_cli
 from fedpath.wsi.features import extract_features, extract_features_stage
 from fedpath.wsi.slide import find_slides, open_slide
-from fedpath.wsi.tiling import TissueMap, patch_geometry, tile_slides, tissue_mask
+from fedpath.wsi.tiling import patch_geometry, tile_slides
+from fedpath.wsi.tissue import TissueMap, tissue_mask
 
 H_OD = np.array([0.65, 0.70, 0.29], dtype=np.float32)  # haematoxylin (Ruifrok)
 E_OD = np.array([0.07, 0.99, 0.11], dtype=np.float32)  # eosin

@@ -6,14 +6,16 @@ as :class:`~fedpath.runtime.inprocess.InProcessRun` does, and only the transport
 differs: a stage's :class:`~fedpath.types.Payload` travels as one ``ArrayRecord`` per
 array group plus a ``ConfigRecord`` of scalars (:mod:`.records`).
 
-Modules (``flwr`` is imported by them, never by this package, so ``import fedpath``
-works without Flower installed):
+This package is the adapter and converts types and nothing else; standing a
+federation up (certificates, node keys, processes, the node launcher and its
+worker, ``fedpath flower ...``) is :mod:`fedpath.deploy`. Modules (``flwr`` is
+imported by them, never by this package, so ``import fedpath`` works without
+Flower installed):
 
 - :mod:`.records`: Payload <-> ``RecordDict``, bit-exact;
 - :mod:`.server_app`: the ``ServerApp`` (coordinator) and :class:`FlowerRun`;
-- :mod:`.client_app`: the ``ClientApp`` (one hospital's node);
-- :mod:`.deploy`: start SuperLink / SuperNodes, certificates, node keys, ``flwr run``;
-- :mod:`.cli`: ``fedpath flower superlink | supernode | run | certs | keys | app``.
+- :mod:`.nodes`: run settings, which node serves which client, message I/O;
+- :mod:`.client_app`: the ``ClientApp`` (one hospital's node).
 
 The names below are the message protocol shared by the two apps.
 """

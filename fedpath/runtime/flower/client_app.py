@@ -19,10 +19,11 @@ node-config key               meaning
 ``device``, ``threads``       ``runtime.device`` / ``runtime.threads`` on this node
 ``dp-clipping-norm`` ...      local DP with Flower's ``LocalDpMod`` (see below)
 ``state-dir``                 keep the client state on the node's disk too, so a
-                              resumed run restores it (:mod:`.node_state`)
-``worker``                    socket of the node's persistent worker (:mod:`.worker`;
-                              set by ``fedpath flower supernode``): the stage runs
-                              there instead of in this fresh process
+                              resumed run restores it (:mod:`fedpath.deploy.node_state`)
+``worker``                    socket of the node's persistent worker
+                              (:mod:`fedpath.deploy.worker`; set by ``fedpath flower
+                              supernode``): the stage runs there instead of in this
+                              fresh process
 ============================  ==================================================
 
 Any failure (a config it cannot parse, a missing data folder, other classes than
@@ -39,6 +40,7 @@ stages and algorithms get an error reply naming the reason.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,7 +54,7 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.common.constant import ErrorCode
 
 from fedpath import __version__
-from fedpath.config import ConfigError, ExperimentConfig, build_config, resolve_params
+from fedpath.config import ConfigError, ExperimentConfig, build_config
 from fedpath.runtime.flower import (
     EVALUATE_STAGE,
     META,
@@ -86,7 +88,7 @@ from fedpath.types import ClientState, Payload
 if TYPE_CHECKING:  # torch and the algorithms load only for stage messages
     from fedpath.data.base import DomainDataset
     from fedpath.data.partition import ClientData
-    from fedpath.models.backbones import FedModel
+    from fedpath.runtime.context import RunContext
 
 log = logging.getLogger("fedpath")
 
@@ -103,15 +105,31 @@ def experiment_from_run_config(run_config: Mapping[str, Any]) -> ExperimentConfi
             f"Flower run config key {RC_CONFIG!r} is empty: start runs with "
             "`fedpath flower run CONFIG.yaml`, which puts the experiment config there"
         )
+    return _parse_experiment(text)
+
+
+@functools.lru_cache(maxsize=4)
+def _parse_experiment(text: str) -> ExperimentConfig:
+    """Parse and validate a run's config once per process (configs are frozen)."""
+    where = f"Flower run config key {RC_CONFIG!r}"
+    return build_config(yaml_mapping(text, where, "a mapping", quote=False))
+
+
+def yaml_mapping(text: str, where: str, expected: str, quote: bool) -> dict[str, Any]:
+    """``text`` parsed as a YAML mapping; a ConfigError naming ``where`` if it is not.
+
+    ``quote``: repeat ``text`` in the error (a short node option, not a whole
+    experiment config).
+    """
+    shown = f" {text!r}" if quote else ""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(
-            f"Flower run config key {RC_CONFIG!r}: bad YAML: {err}"
-        ) from None
+        raise ConfigError(f"{where}: bad YAML{shown}: {err}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"Flower run config key {RC_CONFIG!r}: expected a mapping")
-    return build_config(raw)
+        got = f", got {text!r}" if quote else ""
+        raise ConfigError(f"{where}: expected {expected}{got}")
+    return raw
 
 
 def node_client_id(context: Context) -> str:
@@ -136,19 +154,12 @@ def node_experiment(context: Context) -> ExperimentConfig:
     if NC_DATA_ROOT in nc:
         overrides["data.root"] = str(nc[NC_DATA_ROOT])
     if NC_DATA_PARAMS in nc:
-        text = str(nc[NC_DATA_PARAMS])
-        try:
-            params = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ConfigError(
-                f"node config {NC_DATA_PARAMS!r}: bad YAML {text!r}: {err}"
-            ) from None
-        if not isinstance(params, dict):
-            raise ConfigError(
-                f"node config {NC_DATA_PARAMS!r}: expected a YAML mapping such as "
-                f"'{{image_size: 128}}', got {text!r}"
-            )
-        overrides["data.params"] = params
+        overrides["data.params"] = yaml_mapping(
+            str(nc[NC_DATA_PARAMS]),
+            f"node config {NC_DATA_PARAMS!r}",
+            "a YAML mapping such as '{image_size: 128}'",
+            quote=True,
+        )
     if NC_DEVICE in nc:
         overrides["runtime.device"] = str(nc[NC_DEVICE])
     if NC_THREADS in nc:
@@ -216,15 +227,32 @@ def node_dataset(cfg: ExperimentConfig) -> DomainDataset:
     return _DATASETS[key]
 
 
+#: The run contexts (task, typed algorithm params) this process has built, by
+#: config hash: algorithm params are resolved once per config, not per message.
+_RUNS: dict[str, RunContext] = {}
+
+
+def node_run_context(cfg: ExperimentConfig, dataset: DomainDataset) -> RunContext:
+    """The run context of ``cfg`` on this node, built once per process and config."""
+    from fedpath.runtime.context import RunContext
+
+    key = cfg.hash()
+    if key not in _RUNS:
+        while len(_RUNS) >= _DATASETS_KEPT:
+            del _RUNS[next(iter(_RUNS))]
+        _RUNS[key] = RunContext.build(cfg, dataset)
+    return _RUNS[key]
+
+
 def handle_stage(msg: Message, context: Context) -> RecordDict:
     """Run the client half of the algorithm on one stage message; the reply records.
 
     With node config ``worker`` (a socket path) the node's persistent worker runs
-    it (:mod:`.worker`); otherwise this process does.
+    it (:mod:`fedpath.deploy.worker`); otherwise this process does.
     """
     socket = context.node_config.get(NC_WORKER)
     if socket:
-        from fedpath.runtime.flower.worker import call
+        from fedpath.deploy.worker_protocol import call
 
         return call(Path(str(socket)), msg.content, context)
     return handle_content(msg.content, context)
@@ -234,11 +262,7 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
     """The client half of the algorithm on one stage message's content."""
     import torch
 
-    from fedpath.algorithms.base import ALGORITHMS, ClientContext
-    from fedpath.data.bags import BagStore
     from fedpath.data.base import DataError
-    from fedpath.mil.models import mil_builder
-    from fedpath.models.backbones import build_model
 
     cid = node_client_id(context)
     meta = content.config_records.get(META)
@@ -270,40 +294,12 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
             f"federation's are {classes} (same names, same order)"
         )
     client = find_client(dataset, sources, cfg, seed, cid)
-    schema = ALGORITHMS.params(cfg.algorithm.name)
-    params = (
-        resolve_params(schema, cfg.algorithm.params, "algorithm.params")
-        if schema
-        else None
-    )
-
-    def build() -> FedModel:
-        return build_model(cfg.model, dataset.num_classes)
-
-    build_mil = None
-    if isinstance(dataset.store, BagStore):
-        model = cfg.model
-        build_mil = mil_builder(
-            model.backbone, model.params, dataset.store.dim, dataset.num_classes
-        )
-    ctx = ClientContext(
-        client_id=cid,
-        domain=client.domain,
-        data=client.train,
-        num_classes=dataset.num_classes,
-        build_model=build,
-        train=cfg.train,
-        round=rnd,
-        seed=seed,
-        device=torch.device(cfg.runtime.device),
-        test=client.test,
-        build_mil=build_mil,
-    )
+    half = node_run_context(cfg, dataset).client_half(client, round=rnd, seed=seed)
     prefix = f"{STATE_PREFIX}/{target}/{seed}/"
     state = records_to_payload(context.state, ClientState, prefix)
     state_dir = context.node_config.get(NC_STATE_DIR)
     if state_dir:
-        from fedpath.runtime.flower.node_state import load_state, save_state
+        from fedpath.deploy.node_state import load_state, save_state
 
         fresh = not any(k.startswith(prefix) for k in context.state)
         if fresh and rnd > 1:  # a new Flower run resuming at round rnd
@@ -312,8 +308,6 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
                 or state
             )
     payload: Payload = records_to_payload(content)
-    spec = ALGORITHMS.get(cfg.algorithm.name)
-    half = spec.client(params, ctx)
     if stage == EVALUATE_STAGE:  # only metrics leave the node, never predictions
         reply = Payload({}, half.evaluate(payload, state))
     else:

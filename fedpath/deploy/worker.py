@@ -5,10 +5,11 @@ PyTorch and fedpath and building the dataset in that process costs several secon
 per message, more than a small round's training. With a worker (what ``fedpath
 flower supernode`` starts next to the SuperNode, see :mod:`.node`) the ClientApp
 process stays thin: it imports Flower and the record code only, hands the stage
-message and the node's ``context.state`` to the worker over a local Unix socket and
-returns the worker's reply. The worker runs exactly the code the ClientApp would
-run itself (:func:`~.client_app.handle_content`), so results do not change (tested
-bit-exact against in-process).
+message and the node's ``context.state`` to the worker over a local Unix socket
+(:func:`.worker_protocol.call`) and returns the worker's reply. The worker runs
+exactly the code the ClientApp would run itself
+(:func:`~fedpath.runtime.flower.client_app.handle_content`), so results do not
+change (tested bit-exact against in-process).
 
 Security: the socket and its key file (``<socket>.key``, 32 random bytes written
 when the worker starts) are readable only by the user that runs the node, and
@@ -28,30 +29,16 @@ import sys
 import threading
 import time
 import traceback
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context, RecordDict
+from flwr.app import Context
+
+from fedpath.deploy.worker_protocol import PING, STOP, key_path
+from fedpath.runtime.flower.client_app import handle_content
 
 log = logging.getLogger("fedpath")
-
-STOP = "stop"
-PING = "ping"
-
-
-class WorkerError(RuntimeError):
-    """The worker could not be reached, or the message failed inside it.
-
-    The text is the reason as it should reach the coordinator (already
-    ``ExceptionType: message`` for a failure inside the worker).
-    """
-
-
-def key_path(socket: Path) -> Path:
-    """Where the worker keeps the key that authenticates its clients."""
-    return socket.with_name(socket.name + ".key")
 
 
 def _write_key(socket: Path) -> bytes:
@@ -103,8 +90,6 @@ def serve(socket: Path, ready: threading.Event | None = None) -> None:
 
 def answer(request: dict[str, Any]) -> tuple[str, Any, Any]:
     """Run one stage: ``("ok", reply, state)`` or ``("error", reason, traceback)``."""
-    from fedpath.runtime.flower.client_app import handle_content
-
     try:
         context = Context(
             run_id=int(request["run_id"]),
@@ -120,63 +105,6 @@ def answer(request: dict[str, Any]) -> tuple[str, Any, Any]:
     return "ok", reply, context.state
 
 
-def _connect(socket: Path) -> Connection:
-    try:
-        key = key_path(socket).read_bytes()
-        return Client(str(socket), family="AF_UNIX", authkey=key)
-    except OSError as err:
-        raise WorkerError(
-            f"the node's worker at {socket} is not running ({err}); `fedpath flower "
-            "supernode` starts it (or drop the node config key 'worker')"
-        ) from None
-
-
-def call(socket: Path, content: RecordDict, context: Context) -> RecordDict:
-    """Have the worker on ``socket`` run a stage; updates ``context.state``."""
-    request = {
-        "content": content,
-        "state": context.state,
-        "run_config": dict(context.run_config),
-        "node_config": dict(context.node_config),
-        "node_id": context.node_id,
-        "run_id": context.run_id,
-    }
-    with _connect(socket) as conn:
-        conn.send(request)
-        try:
-            status, reply, extra = conn.recv()
-        except (EOFError, OSError) as err:
-            raise WorkerError(
-                f"the node's worker at {socket} died during the stage ({err!r}); "
-                "its log says why (out of memory?); the node restarts it"
-            ) from None
-    if status != "ok":
-        raise WorkerError(str(reply))
-    state = context.state
-    for key in list(state):
-        del state[key]
-    for key, record in extra.items():
-        state[key] = record
-    return reply
-
-
-def stop(socket: Path) -> None:
-    """Ask the worker on ``socket`` to exit (after the stage it is running)."""
-    with _connect(socket) as conn:
-        conn.send(STOP)
-        conn.recv()
-
-
-def ping(socket: Path) -> int:
-    """The worker's process id if it answers on ``socket`` (WorkerError if not)."""
-    try:
-        with _connect(socket) as conn:
-            conn.send(PING)
-            return int(conn.recv()[1])
-    except (EOFError, ConnectionError, AuthenticationError) as err:
-        raise WorkerError(f"the worker at {socket} does not answer: {err!r}") from None
-
-
 def _exit_with_parent(pid: int, socket: Path) -> None:
     """Exit when the node that started this worker is gone (even if it was killed)."""
     while os.getppid() == pid:
@@ -188,7 +116,7 @@ def _exit_with_parent(pid: int, socket: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m fedpath.runtime.flower.worker", description=__doc__
+        prog="python -m fedpath.deploy.worker", description=__doc__
     )
     ap.add_argument("--socket", type=Path, required=True)
     ap.add_argument("--parent-pid", type=int, help="exit when this process is gone")
@@ -204,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401
 
     import fedpath.algorithms  # noqa: F401
-    from fedpath.runtime.flower import client_app  # noqa: F401
 
     serve(args.socket)
     return 0

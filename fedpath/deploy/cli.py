@@ -48,8 +48,37 @@ from fedpath.runtime.flower import (
     RC_RESUME,
     RC_WAIT_NODES,
 )
+from fedpath.utils.cli_args import add_overrides
 
 Handler = Callable[[argparse.Namespace], int]
+#: A node option: its node-config key, how to parse its text, its help.
+Option = tuple[str, Callable[[str], Any], str | None]
+
+#: Node-config keys that ``fedpath flower supernode`` sets from its options: each
+#: key is also the option's name (``--data-root`` sets ``data-root``), so one
+#: table both declares the options and builds the node config, in this order.
+NODE_OPTIONS: tuple[Option, ...] = (
+    (NC_DATA_NAME, str, "dataset name (default: the run's)"),
+    (NC_DATA_ROOT, str, "local data folder (default: the run's)"),
+    (NC_DATA_PARAMS, str, "YAML mapping of dataset params"),
+    (NC_DEVICE, str, "e.g. cuda:0 (default: the run's)"),
+    (NC_THREADS, int, "torch threads on this node"),
+    (
+        NC_STATE_DIR,
+        str,
+        "also keep the client state (FedBN's local layers...) here, so that "
+        "a resumed run restores it exactly (default: memory only)",
+    ),
+)
+#: The same for local differential privacy (Flower's ``LocalDpMod``).
+DP_OPTIONS: tuple[Option, ...] = (
+    (NC_DP_CLIP, float, None),
+    (NC_DP_SENSITIVITY, float, None),
+    (NC_DP_EPSILON, float, None),
+    (NC_DP_DELTA, float, None),
+)
+#: The DP options that must come together (the sensitivity defaults to the norm).
+DP_REQUIRED = (NC_DP_CLIP, NC_DP_EPSILON, NC_DP_DELTA)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,7 +129,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     conn.add_argument("name")
     conn.add_argument("address", help="HOST:PORT of the SuperLink")
-    _tls_client_args(conn)
+    _tls_args(conn)
     conn.add_argument("--no-default", action="store_true", help="keep the default")
     conn.set_defaults(flower_handler=_cmd_connect)
 
@@ -112,9 +141,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     link.add_argument("--host", default="0.0.0.0", help="bind address (0.0.0.0)")
     link.add_argument("--port", type=int, default=9092)
-    group = link.add_mutually_exclusive_group(required=True)
-    group.add_argument("--certs", type=Path, help="folder from `fedpath flower certs`")
-    group.add_argument("--insecure", action="store_true", help="no TLS (trials only)")
+    _tls_args(link, "--certs", "folder from `fedpath flower certs`")
     link.add_argument(
         "--node-auth",
         action="store_true",
@@ -134,17 +161,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     node.add_argument(
         "--client-id", required=True, help="fedpath client id, e.g. hospital_0/c0"
     )
-    node.add_argument("--data-name", help="dataset name (default: the run's)")
-    node.add_argument("--data-root", help="local data folder (default: the run's)")
-    node.add_argument("--data-params", help="YAML mapping of dataset params")
-    node.add_argument("--device", help="e.g. cuda:0 (default: the run's)")
-    node.add_argument("--threads", type=int, help="torch threads on this node")
-    node.add_argument(
-        "--state-dir",
-        help="also keep the client state (FedBN's local layers...) here, so that "
-        "a resumed run restores it exactly (default: memory only)",
-    )
-    _tls_client_args(node)
+    _add_options(node, NODE_OPTIONS)
+    _tls_args(node)
     node.add_argument("--key", type=Path, help="private key (node authentication)")
     node.add_argument("--port", type=int, default=9094, help="local app API port")
     node.add_argument(
@@ -167,10 +185,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "0 or less keeps Flower's",
     )
     dp = node.add_argument_group("local differential privacy (Flower's LocalDpMod)")
-    dp.add_argument("--dp-clipping-norm", type=float)
-    dp.add_argument("--dp-sensitivity", type=float)
-    dp.add_argument("--dp-epsilon", type=float)
-    dp.add_argument("--dp-delta", type=float)
+    _add_options(dp, DP_OPTIONS)
     node.add_argument("--dry-run", action="store_true", help="print the command only")
     node.set_defaults(flower_handler=_cmd_supernode)
 
@@ -182,7 +197,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "are written on the coordinator under the config's output_dir.",
     )
     run.add_argument("config", type=Path)
-    run.add_argument("overrides", nargs="*", metavar="key=value")
+    add_overrides(run)
     run.add_argument("--connection", help="flwr SuperLink connection (default one)")
     run.add_argument("--resume", action="store_true", help="continue a crashed run")
     run.add_argument("--reply-timeout", type=float, default=600.0, help="s per stage")
@@ -198,7 +213,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch a namespace parsed by a parser that :func:`register` extended."""
-    from fedpath.runtime.flower.deploy import DeployError
+    from fedpath.deploy.processes import DeployError
 
     handler: Handler = args.flower_handler
     try:
@@ -208,10 +223,25 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _tls_client_args(p: argparse.ArgumentParser) -> None:
+def _tls_args(
+    p: argparse.ArgumentParser,
+    option: str = "--ca",
+    help_text: str = "CA certificate of the SuperLink",
+) -> None:
+    """TLS files (``--ca`` for the nodes and the flwr CLI) or ``--insecure``."""
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--ca", type=Path, help="CA certificate of the SuperLink")
+    group.add_argument(option, type=Path, help=help_text)
     group.add_argument("--insecure", action="store_true", help="no TLS (trials only)")
+
+
+def _add_options(p: argparse._ActionsContainer, options: tuple[Option, ...]) -> None:
+    for key, kind, help_text in options:
+        p.add_argument(f"--{key}", type=kind, help=help_text)
+
+
+def _option(args: argparse.Namespace, key: str) -> Any:
+    """The value of the option named after node-config ``key`` (None if not given)."""
+    return getattr(args, key.replace("-", "_"))
 
 
 def _flwr_home() -> Path:
@@ -221,7 +251,7 @@ def _flwr_home() -> Path:
 
 
 def _exec(cmd: list[str], dry_run: bool) -> int:
-    from fedpath.runtime.flower.deploy import flower_env
+    from fedpath.deploy.processes import flower_env
 
     print(shlex.join(cmd), flush=True)
     if dry_run:
@@ -236,7 +266,7 @@ def _existing(path: Path, what: str) -> Path:
 
 
 def _cmd_certs(args: argparse.Namespace) -> int:
-    from fedpath.runtime.flower.deploy import LOCALHOST, make_certificates
+    from fedpath.deploy.pki import LOCALHOST, make_certificates
 
     files = make_certificates(args.dir, tuple(args.hosts or LOCALHOST), args.days)
     print(f"CA certificate (give to every node and flwr CLI): {files.ca_cert}")
@@ -245,7 +275,7 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
-    from fedpath.runtime.flower.deploy import make_node_keys
+    from fedpath.deploy.pki import make_node_keys
 
     private, public = make_node_keys(args.dir, args.name)
     print(f"private key (stays on the node): {private}")
@@ -254,14 +284,14 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 
 
 def _cmd_app(args: argparse.Namespace) -> int:
-    from fedpath.runtime.flower.deploy import write_app
+    from fedpath.deploy.flwr_cli import write_app
 
     print(write_app(args.dir) / "pyproject.toml")
     return 0
 
 
 def _cmd_connect(args: argparse.Namespace) -> int:
-    from fedpath.runtime.flower.deploy import write_connection
+    from fedpath.deploy.flwr_cli import write_connection
 
     ca = None if args.insecure else _existing(args.ca, "CA certificate").resolve()
     path = write_connection(
@@ -272,7 +302,8 @@ def _cmd_connect(args: argparse.Namespace) -> int:
 
 
 def _cmd_superlink(args: argparse.Namespace) -> int:
-    from fedpath.runtime.flower.deploy import TlsFiles, superlink_command
+    from fedpath.deploy.pki import TlsFiles
+    from fedpath.deploy.processes import superlink_command
 
     tls = None
     if not args.insecure:
@@ -289,24 +320,13 @@ def _cmd_superlink(args: argparse.Namespace) -> int:
 
 
 def _cmd_supernode(args: argparse.Namespace) -> int:
-    from fedpath.runtime.flower.deploy import supernode_command, worker_socket
+    from fedpath.deploy.processes import supernode_command, worker_socket
 
     node_config: dict[str, Any] = {NC_CLIENT: args.client_id}
-    for key, value in (
-        (NC_DATA_NAME, args.data_name),
-        (NC_DATA_ROOT, args.data_root),
-        (NC_DATA_PARAMS, args.data_params),
-        (NC_DEVICE, args.device),
-        (NC_THREADS, args.threads),
-        (NC_STATE_DIR, args.state_dir),
-        (NC_DP_CLIP, args.dp_clipping_norm),
-        (NC_DP_SENSITIVITY, args.dp_sensitivity),
-        (NC_DP_EPSILON, args.dp_epsilon),
-        (NC_DP_DELTA, args.dp_delta),
-    ):
-        if value is not None:
-            node_config[key] = value
-    dp = [args.dp_clipping_norm, args.dp_epsilon, args.dp_delta]
+    for key, _, _ in (*NODE_OPTIONS, *DP_OPTIONS):
+        if _option(args, key) is not None:
+            node_config[key] = _option(args, key)
+    dp = [_option(args, key) for key in DP_REQUIRED]
     if any(v is not None for v in dp) and not all(v is not None for v in dp):
         raise ConfigError(
             "local DP needs --dp-clipping-norm, --dp-epsilon and --dp-delta together"
@@ -338,7 +358,7 @@ def _cmd_supernode(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedpath.config import load_config
-    from fedpath.runtime.flower.deploy import flwr, run_config_file, write_app
+    from fedpath.deploy.flwr_cli import flwr, run_config_file, write_app
 
     cfg = load_config(args.config, args.overrides)
     if not Path(cfg.output_dir).is_absolute():
@@ -365,7 +385,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             flwr_args.append(args.connection)
         flwr_args += ["--run-config", str(toml)]
         if args.stream:
-            from fedpath.runtime.flower.deploy import flower_bin, flower_env
+            from fedpath.deploy.processes import flower_bin, flower_env
 
             cmd = [flower_bin("flwr"), *flwr_args, "--stream"]
             return subprocess.run(

@@ -1,6 +1,6 @@
 """A hospital's node: Flower's SuperNode plus fedpath's persistent worker.
 
-``python -m fedpath.runtime.flower.node --socket PATH [--poll-interval S] --
+``python -m fedpath.deploy.node --socket PATH [--poll-interval S] --
 <flower-supernode arguments>`` is what ``fedpath flower supernode`` runs. It
 
 1. starts the worker (:mod:`.worker`) as a child process, which imports PyTorch and
@@ -82,7 +82,7 @@ class WorkerSupervisor:
         return [
             sys.executable,
             "-m",
-            "fedpath.runtime.flower.worker",
+            "fedpath.deploy.worker",
             "--socket",
             str(self.socket),
             "--parent-pid",
@@ -115,7 +115,7 @@ class WorkerSupervisor:
 
     def wait_ready(self, timeout: float) -> bool:
         """True once the current worker process answers on the socket."""
-        from fedpath.runtime.flower.worker import WorkerError, ping
+        from fedpath.deploy.worker_protocol import WorkerError, ping
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--" not in argv:
         raise SystemExit("usage: ... node --socket PATH [--poll-interval S] -- ARGS")
     split = argv.index("--")
-    ap = argparse.ArgumentParser(prog="python -m fedpath.runtime.flower.node")
+    ap = argparse.ArgumentParser(prog="python -m fedpath.deploy.node")
     ap.add_argument("--socket", type=Path, help="worker socket (none: no worker)")
     ap.add_argument("--worker-log", type=Path, help="worker log (default: stderr)")
     ap.add_argument(

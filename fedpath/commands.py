@@ -1,0 +1,301 @@
+"""The handlers of fedpath's own subcommands (``run``, ``demo``, ``suite``,
+``table``, ``evaluate``, ``predict``, ``list``, ``data``, ``stain-report``).
+
+:mod:`fedpath.cli` parses the command line and dispatches here; the WSI, Flower,
+FedHD-render and self-supervised subcommands live with their packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+
+from fedpath.config import ConfigError, ExperimentConfig, load_config
+from fedpath.data.base import DomainDataset
+
+#: the packaged demos: ``fedpath demo [NAME]``
+DEMOS = ("stain", "fedhd", "fedad")
+
+
+def _packaged_config(name: str) -> Path:
+    return Path(str(resources.files("fedpath") / "configs" / f"{name}.yaml"))
+
+
+def _console(quiet: bool) -> Console:
+    return Console(quiet=quiet, soft_wrap=True)
+
+
+def _cmd_run(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.runtime.experiment import run_dir_for, run_experiment
+    from fedpath.utils.progress import make_reporter
+
+    cfg = load_config(args.config, args.overrides)
+    with make_reporter(quiet) as rep:
+        run_experiment(cfg, rep, resume=args.resume)
+    out = run_dir_for(cfg, "x", 0).parent.parent
+    _console(quiet).print(f"results in {out}")
+    if args.table:
+        _print_table([out], "accuracy", "target", "markdown", None, quiet)
+    return 0
+
+
+def _only(text: str | None) -> list[str] | None:
+    return [m.strip() for m in text.split(",") if m.strip()] if text else None
+
+
+def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.runtime.suite import load_suite, suite_metrics
+
+    overrides = list(args.overrides)
+    name = overrides.pop(0) if overrides and "=" not in overrides[0] else "stain"
+    files = {"stain": "demo", **{d: f"demo_{d}" for d in DEMOS if d != "stain"}}
+    if name not in files:
+        raise ConfigError(
+            f"demo {name!r} does not exist; choices: {', '.join(DEMOS)} (no name: "
+            "stain)"
+        )
+    path = _packaged_config(files[name])
+    description, configs = load_suite(path, overrides, _only(args.methods))
+    metrics = suite_metrics(path) or ["accuracy", "balanced_accuracy"]
+    return _run_suite(description, configs, quiet, args.resume, metrics)
+
+
+def _cmd_suite(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.runtime.suite import load_suite, suite_metrics
+
+    description, configs = load_suite(args.suite, args.overrides, _only(args.only))
+    metrics = [args.metric] if args.metric else suite_metrics(args.suite)
+    return _run_suite(description, configs, quiet, args.resume, metrics or ["accuracy"])
+
+
+def _run_suite(
+    description: str,
+    configs: Sequence[ExperimentConfig],
+    quiet: bool,
+    resume: bool,
+    metrics: Sequence[str],
+) -> int:
+    from fedpath.runtime.experiment import load_dataset, run_experiment
+    from fedpath.utils.progress import make_reporter
+
+    console = _console(quiet)
+    head = configs[0]
+    first = load_dataset(head.data)
+    datasets: dict[str, DomainDataset] = {repr(head.data): first}
+    per_client = head.evaluation.protocol == "local" and head.lodo.targets == "none"
+    if per_client:
+        shape = f"{len(first.domains)} hospitals evaluated on their own test slides"
+    else:
+        targets = first.domains if head.lodo.targets == "all" else head.lodo.targets
+        shape = f"{len(targets)} unseen domains"
+    console.print(
+        f"{description}: {len(configs)} methods x {shape} x {len(head.seeds)} seeds"
+    )
+    start = time.perf_counter()
+    with make_reporter(quiet) as rep:
+        for cfg in configs:
+            key = repr(cfg.data)
+            if key not in datasets:
+                datasets[key] = load_dataset(cfg.data)
+            run_experiment(cfg, rep, resume=resume, dataset=datasets[key])
+    outs = sorted({Path(c.output_dir) / c.name for c in configs})
+    console.print(
+        f"finished in {time.perf_counter() - start:.0f} s; runs in "
+        f"{', '.join(map(str, outs))}"
+    )
+    labels = [c.method for c in configs]
+    split = "clients" if per_client else "target"
+    for metric in metrics:
+        _print_table(outs, metric, split, "markdown", None, quiet, labels)
+    if head.lodo.source_eval and head.evaluation.protocol == "classifier":
+        _print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
+    return 0
+
+
+def _cmd_table(args: argparse.Namespace, quiet: bool) -> int:
+    _print_table(args.paths, args.metric, args.split, args.format, args.out, quiet)
+    return 0
+
+
+def _print_table(
+    paths: Sequence[Path],
+    metric: str,
+    split: str,
+    fmt: str,
+    out: Path | None,
+    quiet: bool,
+    methods: Sequence[str] | None = None,
+) -> None:
+    from fedpath.evaluation.tables import build_table, to_csv, to_latex, to_markdown
+    from fedpath.runtime.experiment import collect_rows
+    from fedpath.utils.io import atomic_write_text
+
+    rows = collect_rows(paths, split)
+    if rows and not any(metric in r.metrics for r in rows):
+        have = sorted(
+            {
+                k
+                for r in rows
+                for k, v in r.metrics.items()
+                if isinstance(v, int | float) and k != "n"
+            }
+        )
+        raise ConfigError(
+            f"--metric: {metric!r} is not among these runs' metrics; expected one "
+            f"of {', '.join(have)}"
+        )
+    if methods is not None:  # keep the suite's methods, in the suite's order
+        rows = sorted(
+            (r for r in rows if r.method in methods),
+            key=lambda r: methods.index(r.method),
+        )
+    table = build_table(rows, metric=metric)
+    text = {"markdown": to_markdown, "csv": to_csv, "latex": to_latex}[fmt](table)
+    title = {
+        "target": "unseen target domain",
+        "source_mean": "source domains' test splits (mean)",
+        "source_worst": "worst source domain",
+        "clients": "clients' own test splits",
+    }[split]
+    console = _console(False)  # the table is the output asked for, even when quiet
+    if fmt == "markdown":
+        console.print(
+            f"\n{metric} (%) on the {title}, mean ± std over seeds\n", highlight=False
+        )
+    console.print(text, highlight=False, markup=False)
+    if out is not None:
+        atomic_write_text(out, text)
+
+
+def _cmd_stain_report(args: argparse.Namespace) -> int:
+    from fedpath.runtime.experiment import load_dataset
+    from fedpath.stain.analysis import analyse, write_report
+
+    cfg = load_config(args.config or _packaged_config("demo_base"), args.overrides)
+    ds = load_dataset(cfg.data)
+    rows, samples = analyse(ds, args.channel, args.images)
+    title = args.title or f"{ds.name}: {args.channel} intensity per domain"
+    png, table = write_report(rows, samples, args.out, title, args.channel)
+    console = Console(soft_wrap=True)
+    for r in rows:
+        console.print(
+            f"{r.domain:>24}: skewness {r.skewness:+.3f}, excess kurtosis "
+            f"{r.excess_kurtosis:+.3f} ({r.images} images)",
+            highlight=False,
+        )
+    console.print(f"wrote {png} and {table}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace, quiet: bool) -> int:
+    import json
+
+    from fedpath.artifact import load_model
+    from fedpath.inference import evaluate, open_data
+    from fedpath.utils.io import atomic_write_text
+
+    model = load_model(args.model)
+    ds, domains = open_data(
+        args.data, model, args.config, args.overrides, args.skip_bad
+    )
+    result = evaluate(model, ds, domains, per_domain=args.per_domain)
+    result["model"] = str(args.model)
+    result["data"] = args.data
+    result["skipped"] = ds.skipped
+    console = Console(soft_wrap=True)
+    _print_metrics(console, "all", result, model.class_names)
+    for d, m in result.get("per_domain", {}).items():
+        _print_metrics(console, d, m, model.class_names)
+    if ds.skipped:
+        console.print(f"skipped {len(ds.skipped)} unreadable images (--skip-bad)")
+    if args.out:
+        atomic_write_text(args.out, json.dumps(result, indent=2))
+    return 0
+
+
+def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{title}: {m['n']} images", show_header=True)
+    names = ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc")
+    for name in names:
+        table.add_column(name)
+    table.add_row(*(f"{m[k]:.4f}" for k in names))
+    console.print(table)
+    cm = Table(title="confusion matrix (rows: true, columns: predicted)")
+    cm.add_column("")
+    for c in classes:
+        cm.add_column(c)
+    for c, row in zip(classes, m["confusion"], strict=True):
+        cm.add_row(c, *map(str, row))
+    console.print(cm)
+
+
+def _cmd_predict(args: argparse.Namespace, quiet: bool) -> int:
+    from rich.progress import Progress
+
+    from fedpath.artifact import load_model
+    from fedpath.inference import predict_files
+
+    model = load_model(args.model)
+    with Progress(console=Console(stderr=True, quiet=quiet)) as bar:
+        task = bar.add_task("predict", total=None)
+
+        def step(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        info = predict_files(
+            model, args.images, args.out, args.batch_size, args.skip_bad, step
+        )
+    console = _console(quiet)
+    console.print(f"wrote {info['images']} predictions to {args.out}")
+    if info["skipped"]:
+        Console(stderr=True).print(
+            f"skipped {len(info['skipped'])} unreadable images: "
+            f"{', '.join(info['skipped'][:5])}"
+        )
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from fedpath.algorithms.base import ALGORITHMS
+    from fedpath.data.base import DATASETS
+    from fedpath.models.backbones import BACKBONES
+    from fedpath.registry import describe
+
+    console = Console(soft_wrap=True)
+    for title, reg in (
+        ("datasets", DATASETS),
+        ("backbones", BACKBONES),
+        ("algorithms", ALGORITHMS),
+    ):
+        if args.what in ("all", title):
+            console.print(f"[bold]{title}[/]")
+            for name, doc in describe(reg):
+                console.print(f"  {name:<14} {doc}", highlight=False)
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from fedpath.runtime.experiment import load_dataset
+
+    cfg = load_config(args.config or _packaged_config("demo_base"), args.overrides)
+    ds = load_dataset(cfg.data)
+    rows = ds.counts()
+    table = Table(
+        title=f"{ds.name}: {len(ds.domains)} domains, classes {ds.classes}, "
+        f"{ds.image_size}px"
+    )
+    for col in rows[0]:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    Console().print(table)
+    return 0

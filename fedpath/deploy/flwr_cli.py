@@ -1,0 +1,179 @@
+"""The ``flwr`` CLI for fedpath: the Flower app folder, connections, runs.
+
+``flwr run`` builds a FAB from the app folder (:data:`APP_PYPROJECT`, also shipped
+as ``flower_app/``), which carries no code: both its components are modules of
+the adapter (:mod:`fedpath.runtime.flower`), and the run config holds the
+experiment. Every call gets ``FLWR_HOME=home``, where the CLI keeps its
+connections (``config.toml``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from fedpath.deploy.processes import DeployError, flower_bin, flower_env
+
+#: The Flower app's ``pyproject.toml`` (``flower_app/`` is a copy, tested equal).
+APP_PYPROJECT = """\
+# The Flower app that runs fedpath over Flower's deployment engine.
+# Written by `fedpath flower app DIR`; launch with `fedpath flower run CONFIG.yaml`
+# (or `flwr run DIR CONNECTION --run-config run.toml`). fedpath itself must be
+# installed wherever the SuperLink and the SuperNodes run.
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedpath-flower"
+version = "1.0.0"
+description = "fedpath algorithms over Flower's deployment engine"
+license = "Apache-2.0"
+dependencies = ["flwr>=1.42,<1.43"]
+
+[tool.flwr.app]
+publisher = "fedpath"
+
+[tool.flwr.app.components]
+serverapp = "fedpath.runtime.flower.server_app:app"
+clientapp = "fedpath.runtime.flower.client_app:app"
+
+[tool.flwr.app.config]
+# the resolved experiment config (YAML); `fedpath flower run` fills it in
+fedpath-config = ""
+# continue from the coordinator's checkpoint (as `fedpath run --resume`)
+resume = false
+# seconds the coordinator waits for the replies of one stage
+reply-timeout = 600.0
+# seconds the coordinator waits at start for a node per client
+wait-nodes = 120.0
+# "continue": a failed client is left out of the stage; "stop": stop the run
+on-failure = "continue"
+"""
+
+
+def write_app(folder: Path) -> Path:
+    """Write the Flower app (its ``pyproject.toml``) into ``folder``; return it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text(APP_PYPROJECT)
+    return folder
+
+
+def write_connection(
+    home: Path,
+    name: str,
+    address: str,
+    root_cert: Path | None = None,
+    default: bool = True,
+) -> Path:
+    """Add SuperLink connection ``name`` to ``home/config.toml`` (the flwr CLI's)."""
+    path = home / "config.toml"
+    data: dict[str, Any] = {}
+    if path.is_file():
+        import tomllib
+
+        data = tomllib.loads(path.read_text())
+    links = data.setdefault("superlink", {})
+    entry: dict[str, Any] = {"address": address}
+    if root_cert is None:
+        entry["insecure"] = True
+    else:
+        entry["root-certificates"] = str(root_cert)
+    links[name] = entry
+    if default or "default" not in links:
+        links["default"] = name
+    home.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+def flwr(
+    args: Sequence[str], home: Path, timeout: float = 120.0, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``flwr`` CLI with ``FLWR_HOME=home``."""
+    env = flower_env(home)
+    res = subprocess.run(
+        [flower_bin("flwr"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and res.returncode != 0:
+        raise DeployError(
+            f"flwr {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n"
+            f"{res.stderr}"
+        )
+    return res
+
+
+def run_config_file(values: Mapping[str, Any], folder: Path) -> Path:
+    """A TOML file of run-config overrides (``flwr run --run-config FILE``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="run-config-", suffix=".toml", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        f.write(tomli_w.dumps(dict(values)))
+    return Path(name)
+
+
+def start_run(
+    app: Path, connection: str, home: Path, run_config: Mapping[str, Any]
+) -> int:
+    """``flwr run APP CONNECTION --run-config FILE``; return the run id."""
+    cfg_file = run_config_file(run_config, home / "run-configs")
+    res = flwr(
+        [
+            "run",
+            str(app),
+            connection,
+            "--run-config",
+            str(cfg_file),
+            "--format",
+            "json",
+        ],
+        home,
+    )
+    try:
+        return int(json.loads(res.stdout[res.stdout.index("{") :])["run-id"])
+    except (ValueError, KeyError, TypeError):
+        raise DeployError(f"flwr run: no run id in its output:\n{res.stdout}") from None
+
+
+def run_status(run_id: int, connection: str, home: Path) -> str:
+    """The run's status as ``flwr ls`` reports it (e.g. ``running``, ``finished``)."""
+    res = flwr(["ls", connection, "--run-id", str(run_id), "--format", "json"], home)
+    data = json.loads(res.stdout[res.stdout.index("{") :])
+    runs = data.get("runs", [])
+    if not runs:
+        raise DeployError(f"flwr ls: run {run_id} unknown:\n{res.stdout}")
+    return str(runs[0].get("status", ""))
+
+
+def wait_run(
+    run_id: int,
+    connection: str,
+    home: Path,
+    timeout: float,
+    done: Callable[[], bool] | None = None,
+    poll: float = 3.0,
+) -> str:
+    """Wait until the run leaves pending/starting/running (or ``done()`` holds)."""
+    deadline = time.monotonic() + timeout
+    status = ""
+    while time.monotonic() < deadline:
+        if done is not None and done():
+            return "done"
+        status = run_status(run_id, connection, home)
+        if status.startswith("finished"):
+            return status
+        time.sleep(poll)
+    raise DeployError(f"run {run_id} still {status!r} after {timeout:g} s")

@@ -1,0 +1,203 @@
+"""The image task: patch classifiers (:class:`~fedpath.models.backbones.FedModel`).
+
+Its loop, :meth:`ImageTask.fit`, is the one local loop of every image algorithm,
+supervised (FedAvg, FedProx, FedStain...) or self-supervised (FedAD, MOON...):
+the algorithm passes ``loss(model, x, y) -> {"loss": tensor, **scalars}`` with
+``x`` the batch's images in [0, 1] and ``y`` its labels (ignored by the
+self-supervised methods).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedpath.config import ExperimentConfig, TrainConfig
+from fedpath.data.base import DomainDataset, Split
+from fedpath.models.backbones import FedModel, build_model
+from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params
+from fedpath.tasks.base import EpochCallback, Task, make_optimizer, schedule, step
+from fedpath.tasks.finetune import (
+    augment_batch,
+    augment_generator,
+    param_groups,
+    set_train_mode,
+)
+
+#: ``loss(model, images in [0, 1], labels) -> {"loss": tensor, **scalars}``
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], Mapping[str, Any]]
+
+
+def fit_images(
+    model: nn.Module,
+    data: Split,
+    loss_fn: LossFn,
+    train: TrainConfig,
+    *,
+    round_idx: int,
+    seed: int,
+    device: torch.device,
+    on_epoch: EpochCallback | None = None,
+    opt_params: Any = None,
+) -> dict[str, float]:
+    """Train ``model`` on ``data`` for ``train.local_epochs``; mean scalars.
+
+    ``round_idx`` is 1-based; with ``seed`` it fixes the shuffling of every epoch
+    and the position in the learning-rate schedule, so a resumed run repeats the
+    uninterrupted one exactly. A trailing batch of one sample is skipped
+    (BatchNorm cannot train on it).
+    """
+    cfg = train
+    model.to(device)
+    set_train_mode(model, cfg)
+    opt = make_optimizer(
+        opt_params if opt_params is not None else param_groups(model, cfg), cfg
+    )
+    gen = augment_generator(seed) if cfg.augment != "none" else None
+    bs = cfg.batch_size
+    steps_per_epoch = max(1, math.ceil(len(data) / bs))
+    total_steps = cfg.rounds * cfg.local_epochs * steps_per_epoch
+    sums: dict[str, float] = {}
+    n_seen = 0
+    for epoch in range(cfg.local_epochs):
+        for i, (xb, yb, _) in enumerate(
+            data.batches(bs, shuffle=True, seed=[seed, epoch])
+        ):
+            if xb.shape[0] < 2 and len(data) >= 2:
+                continue
+            at = ((round_idx - 1) * cfg.local_epochs + epoch) * steps_per_epoch + i
+            schedule(opt, cfg, at / max(1, total_steps - 1))
+            x = xb.to(device, non_blocking=True).float().div_(255.0)
+            if gen is not None:
+                x = augment_batch(x, cfg.augment, gen)
+            y = yb.to(device, non_blocking=True)
+            out = loss_fn(model, x, y)
+            loss = out["loss"]
+            step(
+                opt, loss, model, cfg, f"round {round_idx}, epoch {epoch + 1}, step {i}"
+            )
+            b = x.shape[0]
+            n_seen += b
+            for k, v in out.items():
+                val = float(v.detach()) if isinstance(v, torch.Tensor) else float(v)
+                sums[k] = sums.get(k, 0.0) + val * b
+        if on_epoch is not None:
+            on_epoch(epoch + 1, cfg.local_epochs)
+    return {k: v / max(n_seen, 1) for k, v in sums.items()}
+
+
+@torch.no_grad()
+def predict_probs(
+    model: nn.Module, data: Split, batch_size: int, device: torch.device
+) -> torch.Tensor:
+    """Softmax class probabilities (N, C) of ``model`` on ``data``, in order."""
+    model.to(device).eval()
+    chunks = []
+    for xb, _, _ in data.batches(batch_size, shuffle=False):
+        logits = model(xb.to(device).float().div_(255.0))
+        chunks.append(torch.softmax(logits.float(), dim=1).cpu())
+    if not chunks:
+        return torch.empty(0, getattr(model, "num_classes", 0))
+    return torch.cat(chunks)
+
+
+@torch.no_grad()
+def encode_images(
+    model: nn.Module, data: Split, batch_size: int, device: torch.device
+) -> np.ndarray:
+    """Encoder features (N, F) of a :class:`FedModel` on ``data`` in eval mode."""
+    model.to(device).eval()
+    encode = getattr(model, "encode", None)
+    if encode is None:
+        raise TypeError(f"{type(model).__name__} has no encoder to probe")
+    chunks = [
+        encode(xb.to(device).float().div_(255.0)).flatten(1).double().cpu()
+        for xb, _, _ in data.batches(batch_size, shuffle=False)
+    ]
+    if not chunks:
+        return np.zeros((0, 0))
+    return torch.cat(chunks).numpy()
+
+
+class ImageTask(Task):
+    """Train, predict and evaluate image classifiers on patches."""
+
+    kind: ClassVar[str] = "images"
+
+    def __init__(self, cfg: ExperimentConfig, dataset: DomainDataset) -> None:
+        super().__init__(cfg, dataset)
+        self.image_size = dataset.image_size
+
+    def images(self) -> ImageTask:
+        return self
+
+    def build_model(self, name: str | None = None) -> FedModel:
+        """The configured backbone, or the registered backbone ``name`` with its
+        default parameters."""
+        cfg = self.cfg.model
+        if name is not None and name != cfg.backbone:
+            cfg = type(cfg)(backbone=name)
+        model = build_model(cfg, self.num_classes)
+        check_image_size(model, self.image_size, "data.params.image_size")
+        return model
+
+    def fit(
+        self,
+        model: nn.Module,
+        data: Split,
+        loss_fn: LossFn,
+        *,
+        round_idx: int,
+        seed: int,
+        on_epoch: EpochCallback | None = None,
+        opt_params: Any = None,
+    ) -> dict[str, float]:
+        """:func:`fit_images` with this run's ``train`` config and device."""
+        return fit_images(
+            model,
+            data,
+            loss_fn,
+            self.train,
+            round_idx=round_idx,
+            seed=seed,
+            device=self.device,
+            on_epoch=on_epoch,
+            opt_params=opt_params,
+        )
+
+    def predict(self, model: nn.Module, split: Split) -> np.ndarray:
+        bs = self.train.eval_batch_size
+        return predict_probs(model, split, bs, self.device).double().numpy()
+
+    def encode(self, model: nn.Module, split: Split) -> np.ndarray:
+        return encode_images(model, split, self.train.eval_batch_size, self.device)
+
+    def export(
+        self, path: Path, model: nn.Module, provenance: Mapping[str, Any]
+    ) -> bool:
+        """Write ``model.fpm``: the backbone recipe, classes, input size and
+        colour normalization, plus ``provenance`` (:class:`ModelMeta` fields)."""
+        from fedpath.artifact import ModelMeta, save_model
+
+        assert isinstance(model, FedModel)
+        cfg = self.cfg.model
+        meta = ModelMeta(
+            backbone=cfg.backbone,
+            # rebuilt from these on another machine: without the local checkpoint
+            # or the weights package (the trained weights are in the file)
+            backbone_params=rebuild_params(model, cfg.params),
+            class_names=list(self.classes),
+            image_size=self.image_size,
+            mean=model.mean.flatten().tolist(),
+            std=model.std.flatten().tolist(),
+            **encoder_info(model),
+            **provenance,
+        )
+        save_model(path, model, meta)
+        return True

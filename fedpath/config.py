@@ -17,197 +17,28 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
 
+from fedpath.config_sections import (
+    AlgorithmConfig,
+    DataConfig,
+    EvalConfig,
+    LodoConfig,
+    ModelConfig,
+    PartitionConfig,
+    RuntimeConfig,
+    TrainConfig,
+)
 from fedpath.registry import ALGORITHMS, BACKBONES, DATASETS, MIL_MODELS, Registry
 from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their home)
-    Check,
     Checked,
     ConfigError,
-    Ge,
-    Gt,
-    Range,
     from_mapping,
     require,
     resolve_params,
 )
-
-# --------------------------------------------------------------------------- schema
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Which dataset, where it lives, and its dataset-specific parameters."""
-
-    name: str = "synthetic"
-    root: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PartitionConfig(Checked):
-    """How each source domain is split into clients (FedStain: alpha=0.5, 2 per domain).
-
-    ``mode``: ``label`` draws per-class client proportions from Dirichlet(alpha)
-    (label and quantity skew, the NIID-Bench convention); ``quantity`` draws one
-    Dirichlet(alpha) vector of client sizes per domain (quantity skew only);
-    ``iid`` splits uniformly at random.
-    """
-
-    config_section = "partition"
-
-    clients_per_domain: Annotated[int, Ge(1)] = 2
-    alpha: Annotated[float, Gt(0)] = 0.5
-    mode: Literal["label", "quantity", "iid"] = "label"
-    min_client_size: Annotated[int, Ge(1)] = 2
-
-
-@dataclass(frozen=True)
-class LodoConfig:
-    """Leave-one-domain-out plan: every domain once as the unseen target, or a list.
-
-    ``targets: none`` holds no domain out: every domain trains, and each client is
-    evaluated on its own test split (``evaluation.protocol: local``; FedHD's setting).
-    ``eval_split``: which part of the target domain is evaluated (``all``: every
-    sample, as the FedDG papers do; ``test``: only its test split).
-    ``source_eval``: also evaluate the global model on each source domain's test split.
-    """
-
-    targets: Literal["all", "none"] | list[str] = "all"
-    eval_split: Literal["all", "test"] = "all"
-    source_eval: bool = True
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Backbone name (see ``fedpath list backbones``) and its parameters.
-
-    ``weights``: optional local file with pretrained weights (never downloaded).
-    """
-
-    backbone: str = "small_cnn"
-    weights: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class AlgorithmConfig:
-    """Federated algorithm name (see ``fedpath list algorithms``) and its parameters."""
-
-    name: str = "fedavg"
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TrainConfig(Checked):
-    """Rounds, client sampling and the local optimisation loop.
-
-    ``schedule`` runs over the whole federation (all rounds x local epochs):
-    ``linear`` goes from ``lr`` to ``lr_end``; ``cosine`` from ``lr`` to ``lr_end``
-    (0 if unset) along a half cosine; the position is derived from (round, step), so
-    it needs no state and resumes exactly.
-    ``clients_per_round`` (a count) overrides ``client_fraction`` when set.
-    ``class_weights``: ``balanced`` weights each class's cross-entropy by
-    n / (C * n_c) over the client's own training labels (for imbalanced data such as
-    atypical vs normal mitoses); ``none``: plain cross-entropy.
-
-    Fine-tuning a (pretrained) image encoder:
-    ``trainable``: ``all`` parameters, only the ``classifier`` (a frozen encoder),
-    or ``last_stages`` (the classifier and the encoder's last
-    ``trainable_stages`` stages); ``encoder_lr_scale``: the encoder's learning
-    rate is ``lr`` times this; ``warmup``: fraction of the whole federation's
-    steps over which the learning rate rises linearly from 0; ``bn``: ``train``
-    updates BatchNorm statistics during local training, ``frozen`` keeps the
-    (pretrained or global) running statistics and uses them (BatchNorm layers in
-    eval mode). How BatchNorm is shared is the algorithm's choice: ``fedavg``
-    averages it, ``fedbn`` keeps it local.
-    ``augment``: label-preserving augmentation applied to every training batch
-    of every image method before its own (FedStain's views are made from the
-    augmented batch): ``dihedral`` (random flips and 90-degree rotations: tissue
-    has no canonical orientation) or ``dihedral_jitter`` (plus mild brightness,
-    contrast and saturation jitter, +-10%); ``none``.
-    """
-
-    config_section = "train"
-
-    rounds: Annotated[int, Ge(1)] = 3
-    local_epochs: Annotated[int, Ge(1)] = 1
-    batch_size: Annotated[int, Ge(1)] = 32
-    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
-    lr: Annotated[float, Gt(0)] = 1e-3
-    lr_end: Annotated[float | None, Ge(0)] = None
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
-    weight_decay: Annotated[float, Ge(0)] = 0.0
-    momentum: Annotated[float, Ge(0)] = 0.9
-    grad_clip: Annotated[float | None, Gt(0)] = None
-    client_fraction: Annotated[float, Range(0, 1, lo_open=True)] = 1.0
-    clients_per_round: Annotated[int | None, Ge(1)] = None
-    min_replies: Annotated[int, Ge(1)] = 1
-    eval_every: Annotated[int, Ge(1)] = 1
-    eval_batch_size: Annotated[int, Ge(1)] = 256
-    class_weights: Literal["none", "balanced"] = "none"
-    trainable: Literal["all", "classifier", "last_stages"] = "all"
-    trainable_stages: Annotated[int, Ge(1)] = 1
-    encoder_lr_scale: Annotated[float, Ge(0)] = 1.0
-    warmup: Annotated[float, Range(0, 1, hi_open=True)] = 0.0
-    bn: Literal["train", "frozen"] = "train"
-    augment: Literal["none", "dihedral", "dihedral_jitter"] = "none"
-
-    def validate(self) -> None:
-        require(
-            self.schedule != "linear" or self.lr_end is not None,
-            "lr_end",
-            "a number when train.schedule is 'linear'",
-            self.lr_end,
-        )
-
-
-@dataclass(frozen=True)
-class EvalConfig(Checked):
-    """How a run's models are evaluated.
-
-    ``protocol``:
-
-    - ``classifier``: the global model's predictions on the unseen target domain
-      (and on each source's test split);
-    - ``linear_probe``: self-supervised methods (FedAD): freeze the global encoder,
-      fit an L2 logistic regression on the target domain's train split (C chosen by
-      ``probe_folds``-fold cross-validation over ``probe_cs``, L-BFGS with
-      ``probe_max_iter`` iterations), evaluate once on its test split;
-    - ``local``: each client evaluates the model it would deploy (its own, for
-      FedHD and local training; else the global one) on its own test split and
-      reports metrics only; with a held-out target the global model is evaluated
-      there too.
-    """
-
-    config_section = "evaluation"
-
-    protocol: Literal["classifier", "linear_probe", "local"] = "classifier"
-    probe_folds: Annotated[int, Ge(2)] = 5
-    probe_max_iter: Annotated[int, Ge(1)] = 100
-    probe_cs: Annotated[
-        list[float],
-        Check(
-            "a non-empty list of positive numbers",
-            lambda cs: len(cs) >= 1 and all(c > 0 for c in cs),
-        ),
-    ] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0, 100.0])
-
-
-@dataclass(frozen=True)
-class RuntimeConfig:
-    """Where and how the in-process runtime runs.
-
-    ``threads``: torch intra-op threads (null: leave torch's default).
-    ``checkpoint``: write a checkpoint after every round (needed for ``--resume``).
-    """
-
-    device: str = "cpu"
-    threads: int | None = None
-    checkpoint: bool = True
-    export_model: bool = True
 
 
 @dataclass(frozen=True)
@@ -246,6 +77,28 @@ class ExperimentConfig(Checked):
             "seeds",
             "distinct integers",
             self.seeds,
+        )
+        validating = self.partition.validation > 0
+        require(
+            not validating or self.evaluation.protocol == "classifier",
+            "partition.validation",
+            "0 unless evaluation.protocol is 'classifier' (the global model is "
+            "scored on the validation slides)",
+            self.partition.validation,
+        )
+        require(
+            validating or self.runtime.export == "last",
+            "runtime.export",
+            "'last' unless partition.validation > 0 (no validation split to select "
+            "a round on)",
+            self.runtime.export,
+        )
+        require(
+            validating or self.evaluation.target_sensitivity is None,
+            "evaluation.target_sensitivity",
+            "null unless partition.validation > 0 (the threshold is chosen on the "
+            "source validation split)",
+            self.evaluation.target_sensitivity,
         )
 
     @property

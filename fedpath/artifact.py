@@ -3,7 +3,10 @@
 A hospital that never took part in the federation gets one file and fedpath. The
 file holds the weights and the recipe to rebuild and apply them: backbone name and
 parameters, number and names of the classes, input size, colour normalization
-(inside the model), the fedpath version and the hash of the run's config.
+(inside the model), the fedpath version and the hash of the run's config; with
+training-domain validation also a temperature and an operating point, both fitted
+on the sources' validation slides (:mod:`fedpath.runtime.selection`), which
+:meth:`LoadedModel.predict_proba` and :meth:`LoadedModel.decide` apply.
 
 File layout (format 1)::
 
@@ -70,6 +73,13 @@ class ModelMeta:
     weights_source: str = ""
     weights_sha256: str = ""
     weights_licence: str = ""
+    # which round's weights (``selection``: last | selected) and the decision rule
+    # fitted on the source validation slides; None: none (older files too)
+    round: int | None = None
+    selection: str = ""
+    temperature: float | None = None
+    threshold: float | None = None
+    target_sensitivity: float | None = None
 
     @property
     def num_classes(self) -> int:
@@ -152,6 +162,16 @@ class LoadedModel:
     ) -> None:
         self.meta = meta
         self.path = path
+        if meta.temperature is not None and not meta.temperature > 0:
+            raise ArtifactError(
+                f"model file {str(path)!r}: temperature must be > 0, got "
+                f"{meta.temperature}"
+            )
+        if meta.threshold is not None and meta.num_classes != 2:
+            raise ArtifactError(
+                f"model file {str(path)!r}: a threshold needs two classes, the "
+                f"model has {meta.num_classes}"
+            )
         cfg = ModelConfig(backbone=meta.backbone, params=meta.backbone_params)
         try:
             self.model = build_model(cfg, meta.num_classes)
@@ -210,18 +230,38 @@ class LoadedModel:
 
     @torch.no_grad()
     def predict_proba(self, images: Any, batch_size: int = 256) -> np.ndarray:
-        """(N, C) class probabilities."""
+        """(N, C) class probabilities, temperature-scaled when the file holds a
+        temperature (:meth:`calibrate`)."""
         x = self.to_tensor(images)
         out = [
             torch.softmax(self.model(x[i : i + batch_size]), 1)
             for i in range(0, len(x), batch_size)
         ]
-        return torch.cat(out).numpy() if out else np.zeros((0, self.meta.num_classes))
+        if not out:
+            return np.zeros((0, self.meta.num_classes))
+        return self.calibrate(torch.cat(out).numpy())
+
+    def calibrate(self, probs: np.ndarray) -> np.ndarray:
+        """The model's raw softmax ``probs`` scaled by its temperature
+        (:func:`fedpath.evaluation.calibration.apply_temperature`; unchanged
+        without one)."""
+        if self.meta.temperature is None:
+            return probs
+        from fedpath.evaluation.calibration import apply_temperature
+
+        return apply_temperature(probs, self.meta.temperature)
+
+    def decide(self, probs: np.ndarray) -> np.ndarray:
+        """Class indices for (calibrated) ``probs``: the operating point
+        ``probs[:, 1] >= threshold`` when the file holds one, else the argmax."""
+        if self.meta.threshold is None:
+            return np.asarray(np.argmax(probs, axis=1), dtype=np.int64)
+        return (probs[:, 1] >= self.meta.threshold).astype(np.int64)
 
     def predict(self, images: Any) -> list[str]:
-        """Predicted class names."""
+        """Predicted class names (:meth:`decide`)."""
         probs = self.predict_proba(images)
-        return [self.class_names[i] for i in probs.argmax(1)]
+        return [self.class_names[i] for i in self.decide(probs)]
 
 
 def load_model(path: str | Path) -> LoadedModel:

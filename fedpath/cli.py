@@ -111,12 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--metric",
         default="accuracy",
         help="accuracy, balanced_accuracy, macro_f1, macro_precision, macro_recall, "
-        "auroc or mcc; for two classes also f1, precision or recall (positive class)",
+        "auroc or mcc; for two classes also f1, precision or recall (positive class); "
+        "ece (calibration error, lower is better)",
     )
     table.add_argument(
         "--split",
         default="target",
         choices=["target", "source_mean", "source_worst", "clients"],
+    )
+    table.add_argument(
+        "--select",
+        default="last",
+        choices=["last", "selected"],
+        help="the last round's model, or the round selected on the sources' "
+        "validation slides (runs with partition.validation > 0; --split target)",
     )
     table.add_argument(
         "--format", default="markdown", choices=["markdown", "csv", "latex"]

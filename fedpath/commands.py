@@ -118,7 +118,15 @@ def _run_suite(
 
 
 def _cmd_table(args: argparse.Namespace, quiet: bool) -> int:
-    _print_table(args.paths, args.metric, args.split, args.format, args.out, quiet)
+    _print_table(
+        args.paths,
+        args.metric,
+        args.split,
+        args.format,
+        args.out,
+        quiet,
+        select=args.select,
+    )
     return 0
 
 
@@ -130,12 +138,13 @@ def _print_table(
     out: Path | None,
     quiet: bool,
     methods: Sequence[str] | None = None,
+    select: str = "last",
 ) -> None:
     from fedpath.evaluation.tables import build_table, to_csv, to_latex, to_markdown
     from fedpath.runtime.experiment import collect_rows
     from fedpath.utils.io import atomic_write_text
 
-    rows = collect_rows(paths, split)
+    rows = collect_rows(paths, split, select)
     if rows and not any(metric in r.metrics for r in rows):
         have = sorted(
             {
@@ -162,6 +171,8 @@ def _print_table(
         "source_worst": "worst source domain",
         "clients": "clients' own test splits",
     }[split]
+    if select == "selected":
+        title += ", round selected on the sources' validation slides"
     console = _console(False)  # the table is the output asked for, even when quiet
     if fmt == "markdown":
         console.print(
@@ -227,6 +238,20 @@ def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) ->
         table.add_column(name)
     table.add_row(*(f"{m[k]:.4f}" for k in names))
     console.print(table)
+    if "temperature" in m:
+        console.print(
+            f"probabilities scaled by the model's temperature {m['temperature']:.4f}"
+        )
+    op = m.get("operating_point")
+    if op is not None:
+        cols = ("sensitivity", "specificity", *names[:2], "mcc")
+        point = Table(
+            title=f"at the model's operating point p >= {op['threshold']:.4f}"
+        )
+        for name in cols:
+            point.add_column(name)
+        point.add_row(*(f"{op[k]:.4f}" for k in cols))
+        console.print(point)
     cm = Table(title="confusion matrix (rows: true, columns: predicted)")
     cm.add_column("")
     for c in classes:

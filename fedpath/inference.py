@@ -3,7 +3,9 @@
 ``evaluate``: any dataset fedpath can read (a manifest CSV, a folder per class, a
 folder per domain and class, or a registered dataset and domain), metrics overall
 and per domain. ``predict``: one CSV row per image file. Images are resized exactly
-as the training data was (:func:`fedpath.data.files.load_image`).
+as the training data was (:func:`fedpath.data.files.load_image`). A model file's
+temperature scales every probability, and its operating point (a threshold on the
+positive class) makes the predictions and an ``operating_point`` block of metrics.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from fedpath.data.manifest import (
     read_manifest,
     scan_folders,
 )
-from fedpath.evaluation.metrics import metrics_with_confusion
+from fedpath.evaluation.calibration import threshold_metrics
+from fedpath.evaluation.metrics import confusion_matrix, metrics_with_confusion
 from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks.images import predict_probs
 from fedpath.utils.io import atomic_write_text
@@ -122,20 +125,33 @@ def evaluate(
     batch_size: int = 256,
 ) -> dict[str, Any]:
     """The metrics of :func:`~fedpath.evaluation.metrics.metrics_with_confusion`
-    (``confusion``: rows true, columns predicted), overall and per domain."""
+    (``confusion``: rows true, columns predicted), overall and per domain, of the
+    model's (temperature-scaled) probabilities and argmax; with an operating point
+    also ``operating_point``: the metrics at its threshold (with ``sensitivity``,
+    ``specificity`` and that decision's ``confusion``)."""
     chosen = list(domains) if domains else list(ds.domains)
     split = Split.concat([ds.split(d, "all") for d in chosen])
     # map the dataset's class indices onto the model's
     remap = np.array([model.class_names.index(c) for c in ds.classes])
     labels = remap[split.labels]
-    probs = predict_probs(model.model, split, batch_size, torch.device("cpu")).numpy()
-    out: dict[str, Any] = {"n": len(split), **metrics_with_confusion(labels, probs)}
+    raw = predict_probs(model.model, split, batch_size, torch.device("cpu")).numpy()
+    probs = model.calibrate(raw)
+
+    def report(m: np.ndarray) -> dict[str, Any]:
+        out: dict[str, Any] = {"n": int(m.sum())}
+        out.update(metrics_with_confusion(labels[m], probs[m]))
+        t = model.meta.threshold
+        if t is not None:
+            op = threshold_metrics(labels[m], probs[m], t)
+            cm = confusion_matrix(labels[m], model.decide(probs[m]), 2)
+            out["operating_point"] = {**op, "confusion": cm.tolist()}
+        return out
+
+    out = report(np.ones(len(split), dtype=bool))
+    if model.meta.temperature is not None:
+        out["temperature"] = model.meta.temperature
     if per_domain:
-        out["per_domain"] = {
-            d: {"n": int(m.sum()), **metrics_with_confusion(labels[m], probs[m])}
-            for d in chosen
-            for m in [split.domains == d]
-        }
+        out["per_domain"] = {d: report(split.domains == d) for d in chosen}
     return out
 
 
@@ -147,7 +163,9 @@ def predict_files(
     skip_bad: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Write ``out`` (CSV: path, predicted, prob_<class>...) for every image."""
+    """Write ``out`` (CSV: path, predicted, prob_<class>...) for every image:
+    ``predicted`` by the model's operating point when it has one, else the argmax;
+    the (temperature-scaled) probabilities."""
     files = (
         [target]
         if target.is_file()
@@ -175,10 +193,9 @@ def predict_files(
                 skipped.append(str(f))
         if batch:
             probs = model.predict_proba(torch.from_numpy(np.stack(batch)))
-            for name, p in zip(names, probs, strict=True):
-                rows.append(
-                    [name, model.class_names[int(p.argmax())], *(f"{v:.6f}" for v in p)]
-                )
+            decided = model.decide(probs)
+            for name, p, c in zip(names, probs, decided, strict=True):
+                rows.append([name, model.class_names[c], *(f"{v:.6f}" for v in p)])
         if progress is not None:
             progress(min(start + batch_size, len(files)), len(files))
     buf = io.StringIO()

@@ -5,15 +5,24 @@ from __future__ import annotations
 import csv
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-from fedpath.artifact import MAGIC, ArtifactError, load_model, read_model_file
+from fedpath.artifact import (
+    MAGIC,
+    ArtifactError,
+    load_model,
+    read_model_file,
+    save_model,
+)
 from fedpath.cli import main
 from fedpath.config import load_config
+from fedpath.evaluation.calibration import apply_temperature
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from tests.conftest import tiny_overrides
 
@@ -195,3 +204,132 @@ def test_bad_data_inputs(
     assert "class folders ['mitosis'] are not classes of the model" in (
         capsys.readouterr().err
     )
+
+
+# ------------------------------------------- the selected round's decision rule
+
+SELECTED = [
+    "lodo.targets=[hospital_2]",
+    "train.rounds=5",
+    "train.batch_size=8",
+    "partition.validation=0.3",
+    "evaluation.target_sensitivity=0.9",
+    "runtime.export=selected",
+]
+
+
+@pytest.fixture(scope="module")
+def selected(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[str]]:
+    """A model exported from the round selected on the sources' validation slides,
+    with its temperature and operating point."""
+    tmp = tmp_path_factory.mktemp("selected")
+    over = tiny_overrides(tmp, *SELECTED)
+    cfg = load_config(None, over)
+    run_experiment(cfg)
+    run_dir = run_dir_for(cfg, "hospital_2", 0)
+    final = json.loads((run_dir / "final.json").read_text())["evaluation"]
+    return run_dir / "model.fpm", final["selected"], over
+
+
+def rewrite_header(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    blob = src.read_bytes()
+    n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
+    head = json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
+    edit(head)
+    new = json.dumps(head).encode()
+    dst.write_bytes(
+        MAGIC + struct.pack("<Q", len(new)) + new + blob[8 + n + len(MAGIC) :]
+    )
+    return dst
+
+
+def test_model_file_round_trips_temperature_and_threshold(
+    selected: tuple[Path, dict, list[str]], tmp_path: Path
+) -> None:
+    path, sel, _ = selected
+    meta, weights = read_model_file(path)
+    assert (meta.round, meta.selection) == (sel["round"], "selected")
+    assert meta.temperature == sel["calibrated"]["temperature"]
+    assert meta.threshold == sel["operating_point"]["threshold"]
+    assert meta.target_sensitivity == 0.9
+    model = load_model(path)
+    again = save_model(tmp_path / "again.fpm", model.model, meta)
+    meta2, weights2 = read_model_file(again)
+    assert meta2 == meta and all(
+        np.array_equal(weights[k], weights2[k]) for k in weights
+    )
+
+    # a file written before these fields existed loads, with no decision rule
+    def drop(head: dict) -> None:
+        for key in ("round", "selection", "temperature", "threshold"):
+            head.pop(key)
+        head.pop("target_sensitivity")
+
+    old = load_model(rewrite_header(path, tmp_path / "old.fpm", drop))
+    assert old.meta.temperature is None and old.meta.threshold is None
+    x = torch.zeros(2, 3, 32, 32, dtype=torch.uint8)
+    raw = old.predict_proba(x)
+    assert meta.temperature is not None
+    np.testing.assert_allclose(
+        model.predict_proba(x), apply_temperature(raw, meta.temperature), atol=1e-12
+    )
+
+    def three(head: dict) -> None:
+        head["class_names"] = ["a", "b", "c"]
+
+    def cold(head: dict) -> None:
+        head["temperature"] = 0.0
+
+    with pytest.raises(ArtifactError, match="three.fpm': a threshold needs two"):
+        load_model(rewrite_header(path, tmp_path / "three.fpm", three))
+    with pytest.raises(ArtifactError, match="cold.fpm': temperature must be > 0"):
+        load_model(rewrite_header(path, tmp_path / "cold.fpm", cold))
+
+
+def test_evaluate_and_predict_apply_temperature_and_threshold(
+    selected: tuple[Path, dict, list[str]], tmp_path: Path
+) -> None:
+    path, sel, over = selected
+    data_over = [o for o in over if o.startswith("data.")]
+    out = tmp_path / "m.json"
+    argv = [
+        "evaluate",
+        str(path),
+        "synthetic:hospital_2",
+        *data_over,
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "-q"]) == 0
+    got = json.loads(out.read_text())
+    # the exported weights are the selected round's; probabilities calibrated
+    calibrated = sel["calibrated"]["target"]
+    for k in ("accuracy", "balanced_accuracy", "auroc", "ece"):
+        assert got[k] == pytest.approx(calibrated[k], abs=1e-9), k
+    assert got["accuracy"] == pytest.approx(sel["target"]["accuracy"], abs=1e-12)
+    assert got["temperature"] == sel["calibrated"]["temperature"]
+    op, ref = got["operating_point"], sel["operating_point"]["target"]
+    for k in ("threshold", "sensitivity", "specificity", "accuracy", "mcc"):
+        assert op[k] == pytest.approx(ref[k], abs=1e-9), k
+    assert np.array(op["confusion"]).sum() == 48
+
+    root = write_class_folders(tmp_path / "imgs", over)
+    csv_out = tmp_path / "pred.csv"
+    assert main(["predict", str(path), str(root), "--out", str(csv_out), "-q"]) == 0
+    threshold = sel["operating_point"]["threshold"]
+    for r in csv.DictReader(csv_out.open()):
+        p = float(r["prob_tumour"])
+        if abs(p - threshold) > 1e-5:  # the CSV rounds to 6 decimals
+            assert r["predicted"] == ("tumour" if p >= threshold else "normal")
+
+    # with an operating point of 0 every image is called tumour, whatever the argmax
+    def zero(head: dict) -> None:
+        head["threshold"] = 0.0
+
+    everything = rewrite_header(path, tmp_path / "zero.fpm", zero)
+    assert (
+        main(["predict", str(everything), str(root), "--out", str(csv_out), "-q"]) == 0
+    )
+    rows = list(csv.DictReader(csv_out.open()))
+    assert {r["predicted"] for r in rows} == {"tumour"}
+    assert any(float(r["prob_normal"]) > 0.5 for r in rows)

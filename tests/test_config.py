@@ -212,3 +212,65 @@ def test_dataset_params_name_the_key_when_built_in_code() -> None:
         SyntheticBagsParams(dim=1)
     edge = SyntheticParams(num_hospitals=1, samples_per_hospital=2, image_size=512)
     assert edge.test_fraction == 0.25  # the bounds themselves are valid
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["partition.validation=0.5"],
+            r"'partition.validation': expected a number in \[0, 0.5\), got 0.5",
+        ),
+        (
+            ["partition.validation=-0.1"],
+            r"'partition.validation': expected a number in \[0, 0.5\)",
+        ),
+        (
+            ["runtime.export=selected"],
+            r"'runtime.export': expected 'last' unless partition.validation > 0",
+        ),
+        (
+            ["runtime.export=best"],
+            r"'runtime.export': expected one of 'last', 'selected'",
+        ),
+        (
+            ["evaluation.target_sensitivity=0.9"],
+            r"'evaluation.target_sensitivity': expected null unless "
+            r"partition.validation > 0",
+        ),
+        (
+            ["partition.validation=0.2", "evaluation.target_sensitivity=1.5"],
+            r"'evaluation.target_sensitivity': expected a number in \(0, 1\] or null",
+        ),
+        (
+            ["partition.validation=0.2", "evaluation.select_metric=ece"],
+            r"'evaluation.select_metric': expected one of 'accuracy', "
+            r"'balanced_accuracy'",
+        ),
+        (
+            ["partition.validation=0.2", "evaluation.protocol=linear_probe"],
+            r"'partition.validation': expected 0 unless evaluation.protocol is "
+            r"'classifier'",
+        ),
+    ],
+)
+def test_selection_keys_name_the_key(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_selection_keys_default_off() -> None:
+    cfg = load_config()
+    assert cfg.partition.validation == 0.0
+    assert cfg.evaluation.select_metric == "balanced_accuracy"
+    assert cfg.evaluation.target_sensitivity is None
+    assert cfg.runtime.export == "last"
+    on = load_config(
+        None,
+        [
+            "partition.validation=0.25",
+            "evaluation.target_sensitivity=0.9",
+            "runtime.export=selected",
+        ],
+    )
+    assert on.partition.validation == 0.25 and on.runtime.export == "selected"

@@ -3,17 +3,23 @@
 FedStain / FedCCRL setting: each source domain (hospital) is divided into
 ``clients_per_domain`` clients with Dirichlet(alpha) skew (alpha = 0.5, 2 clients
 per domain); the held-out domain is never seen in training.
+
+With ``partition.validation`` > 0 a fraction of each source domain's training
+split is held out first, whole slides at a time (:func:`hold_out_validation`), and
+dealt to the domain's clients by slide: the training-domain validation data of
+model selection and calibration (DomainBed's protocol), never trained on.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedpath.config import ConfigError, PartitionConfig
-from fedpath.data.base import DataError, DomainDataset, Split
+from fedpath.data.base import DataError, DomainDataset, Split, assign_test_split
 
 
 @dataclass(frozen=True)
@@ -22,12 +28,16 @@ class ClientData:
 
     ``test`` is the client's share of its domain's test split (all of it when the
     domain is one client): what ``evaluation.protocol: local`` evaluates on.
+    ``validation``: its share of the domain's validation slides
+    (``partition.validation``; None when off), disjoint from every client's
+    ``train`` by slide.
     """
 
     client_id: str
     domain: str
     train: Split
     test: Split | None = None
+    validation: Split | None = None
 
 
 @dataclass(frozen=True)
@@ -143,19 +153,53 @@ def _rebalance(
         parts[big] = parts[big][need:]
 
 
+def hold_out_validation(
+    train: Split, fraction: float, seed: int, domain: str
+) -> tuple[Split, Split]:
+    """``(train, validation)``: about ``fraction`` of ``train`` held out by slide.
+
+    Whole slides move (:func:`~fedpath.data.base.assign_test_split`: at least one
+    slide when the domain has two or more, never all of them), so no slide has
+    crops on both sides. The draw depends only on ``seed`` and the domain's name,
+    so a domain holds out the same slides in every leave-one-domain-out fold.
+    """
+    state = np.random.SeedSequence([seed, zlib.crc32(domain.encode()), 15485863])
+    held = assign_test_split(
+        train.domains, train.slides, fraction, seed=int(state.generate_state(1)[0])
+    )
+    return train.subset(np.flatnonzero(~held)), train.subset(np.flatnonzero(held))
+
+
+def deal_slides(split: Split, k: int, rng: np.random.Generator) -> list[Split]:
+    """``split`` dealt to ``k`` clients whole slides at a time, in equal shares of
+    slides (a client may get none when there are fewer slides than clients)."""
+    slides = np.unique(split.slides)
+    owner = dict(zip(slides.tolist(), rng.permutation(len(slides)) % k, strict=True))
+    of = np.array([owner[s] for s in split.slides.tolist()], dtype=np.int64)
+    return [split.subset(np.flatnonzero(of == ci)) for ci in range(k)]
+
+
 def make_clients(
     dataset: DomainDataset, sources: Sequence[str], cfg: PartitionConfig, seed: int
 ) -> list[ClientData]:
-    """Split each source domain's train split into clients_per_domain clients."""
+    """Split each source domain's train split into clients_per_domain clients
+    (after holding out its ``partition.validation`` slides)."""
     clients: list[ClientData] = []
     for di, domain in enumerate(sources):
         train = dataset.split(domain, "train")
         k = cfg.clients_per_domain
+        held: list[Split | None] = [None] * k
+        note = ""
+        if cfg.validation > 0:
+            train, validation = hold_out_validation(train, cfg.validation, seed, domain)
+            rng = np.random.default_rng([seed, zlib.crc32(domain.encode()), 3])
+            held = list(deal_slides(validation, k, rng))
+            note = f" after holding out partition.validation={cfg.validation:g}"
         if len(train) < k * cfg.min_client_size:
             raise DataError(
                 f"domain {domain!r} of dataset {dataset.name!r} has {len(train)} "
-                f"training samples, fewer than partition.clients_per_domain={k} x "
-                f"partition.min_client_size={cfg.min_client_size}"
+                f"training samples{note}, fewer than partition.clients_per_domain="
+                f"{k} x partition.min_client_size={cfg.min_client_size}"
             )
         rng = np.random.default_rng([seed, di, 7919])
         parts = dirichlet_partition(
@@ -167,7 +211,9 @@ def make_clients(
         for ci, pos in enumerate(parts):
             own_test = test.subset(np.flatnonzero(deal == ci))
             clients.append(
-                ClientData(f"{domain}/c{ci}", domain, train.subset(pos), own_test)
+                ClientData(
+                    f"{domain}/c{ci}", domain, train.subset(pos), own_test, held[ci]
+                )
             )
     return clients
 

@@ -20,8 +20,12 @@ scikit-learn metric (scikit-learn is only the reference of the test-suite):
 * ``f1``, ``precision``, ``recall`` -- only for ``C == 2``: the scores of the
   positive class 1 (``average="binary"``; the F1 of FedAD's probe tables).
   ``macro_f1`` also averages in the negative class.
+* ``ece`` -- expected calibration error (Guo et al., 2017, Eq. 3) over
+  :data:`ECE_BINS` equal-width bins of the max-probability ``conf``: bin ``m``
+  holds ``(m-1)/M < conf <= m/M`` and ECE is ``sum_m |B_m|/N |acc(B_m) -
+  conf(B_m)|`` with the argmax predictions; the last key, *lower* is better.
 
-All metrics are "higher is better". ``nan`` is the one marker of an undefined
+All other metrics are "higher is better". ``nan`` is the one marker of an undefined
 value inside Python (readers of older files also map a JSON ``null`` to it).
 """
 
@@ -34,9 +38,11 @@ from numpy.typing import NDArray
 
 __all__ = [
     "BINARY_METRIC_NAMES",
+    "ECE_BINS",
     "METRIC_NAMES",
     "classification_metrics",
     "confusion_matrix",
+    "expected_calibration_error",
     "metrics_with_confusion",
     "per_class_scores",
     "roc_curve",
@@ -55,6 +61,8 @@ METRIC_NAMES: tuple[str, ...] = (
 )
 #: Keys added for two classes: scores of the positive class 1.
 BINARY_METRIC_NAMES: tuple[str, ...] = ("f1", "precision", "recall")
+#: Equal-width max-probability bins of ``ece`` (the usual 15).
+ECE_BINS = 15
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -247,6 +255,28 @@ def _auroc(y: IntArray, p: FloatArray) -> float:
     return float(np.mean(aucs))
 
 
+def expected_calibration_error(
+    y_true: np.ndarray, probs: np.ndarray, bins: int = ECE_BINS
+) -> float:
+    """ECE of the argmax predictions over ``bins`` equal-width bins of the
+    max-probability (module docstring); validated like every metric."""
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
+    y, p = validate_inputs(y_true, probs)
+    return _ece(y, p, bins)
+
+
+def _ece(y: IntArray, p: FloatArray, bins: int) -> float:
+    conf = p.max(axis=1)
+    correct = (np.argmax(p, axis=1) == y).astype(np.float64)
+    # the interior edges m/M, correctly rounded; side="left": a confidence on
+    # an edge falls in the bin that it closes
+    which = np.searchsorted(np.arange(1, bins) / bins, conf, side="left")
+    # sum over bins of |sum (correct - conf)| / N = sum |B|/N |acc(B) - conf(B)|
+    gap = np.bincount(which, weights=correct - conf, minlength=bins)
+    return float(np.abs(gap).sum() / y.size)
+
+
 # --------------------------------------------------------------------------- #
 # public metrics
 # --------------------------------------------------------------------------- #
@@ -293,9 +323,9 @@ def classification_metrics(
     -------
     dict[str, float]
         :data:`METRIC_NAMES` in that order, then :data:`BINARY_METRIC_NAMES`
-        when ``C == 2``. ``auroc`` is ``nan`` when fewer than two classes occur
-        in ``y_true``; ``mcc`` is ``0.0`` when it is undefined (constant labels
-        or predictions).
+        when ``C == 2``, then ``ece`` (of ``probs``, whatever ``y_pred``).
+        ``auroc`` is ``nan`` when fewer than two classes occur in ``y_true``;
+        ``mcc`` is ``0.0`` when it is undefined (constant labels or predictions).
 
     Raises
     ------
@@ -342,6 +372,7 @@ def classification_metrics(
         out.update(
             {k: float(v[1]) for k, v in zip(BINARY_METRIC_NAMES, scores, strict=True)}
         )
+    out["ece"] = _ece(y, p, ECE_BINS)
     return out
 
 

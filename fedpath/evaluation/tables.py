@@ -5,7 +5,8 @@ over seeds, and a final ``Avg`` column summarises every method across target
 domains.  The table can be rendered as Markdown, long-format CSV, or a
 ``booktabs`` LaTeX tabular.
 
-All metrics are assumed to be *higher is better*: the "best" entry of a column
+Metrics are *higher is better* except those in :data:`LOWER_IS_BETTER`
+(``ece``, whose best entry is the lowest): the "best" entry of a column
 (rendered in bold) is the one with the highest mean.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "AVG_LABEL",
+    "LOWER_IS_BETTER",
     "ResultRow",
     "ResultTable",
     "build_table",
@@ -31,6 +33,8 @@ __all__ = [
 ]
 
 AVG_LABEL = "Avg"
+#: metrics whose best value is the smallest (the calibration error)
+LOWER_IS_BETTER = frozenset({"ece"})
 _MISSING_MD = "–"
 _MISSING_TEX = "--"
 _TEX_SPECIALS = {
@@ -222,7 +226,7 @@ def _best_rows(table: ResultTable, decimals: int) -> list[set[int]]:
         if not valid.any():
             best.append(set())
             continue
-        top = col[valid].max()
+        top = col[valid].min() if table.metric in LOWER_IS_BETTER else col[valid].max()
         best.append({int(i) for i in np.flatnonzero(valid & (col == top))})
     return best
 
@@ -273,7 +277,7 @@ def to_markdown(table: ResultTable, decimals: int = 2, bold_best: bool = True) -
         Digits after the decimal point.
     bold_best : bool, default True
         Wrap the cell(s) with the highest displayed mean of each column in
-        ``**...**`` (higher is better; ties are all bold).
+        ``**...**`` (the lowest for :data:`LOWER_IS_BETTER`; ties are all bold).
 
     Returns
     -------

@@ -76,14 +76,26 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def collect_rows(paths: Sequence[Path], split: str = "target") -> list[ResultRow]:
+def collect_rows(
+    paths: Sequence[Path], split: str = "target", select: str = "last"
+) -> list[ResultRow]:
     """Final metrics of every finished run under ``paths`` as table rows.
 
     ``split``: ``target`` (the unseen domain), ``source_mean`` (mean accuracy over
     the sources' test splits), ``source_worst`` (the worst source domain) or
     ``clients`` (each client's own test split, ``evaluation.protocol: local``: one
     row per client, so the table is clients x methods as in FedHD's).
+    ``select``: the ``last`` round's global model, or the round ``selected`` on
+    the sources' validation slides (``partition.validation`` > 0; the target
+    split only).
     """
+    if select not in ("last", "selected"):
+        raise ConfigError(f"select: expected 'last' or 'selected', got {select!r}")
+    if select == "selected" and split != "target":
+        raise ConfigError(
+            f"--select selected: only --split target has a selected round's "
+            f"metrics, got --split {split}"
+        )
     rows = []
     for run in find_runs(paths):
         rec = json.loads((run / FINAL).read_text())
@@ -92,7 +104,14 @@ def collect_rows(paths: Sequence[Path], split: str = "target") -> list[ResultRow
             for cid, metrics in ev.get("clients", {}).items():
                 rows.append(ResultRow(rec["method"], cid, int(rec["seed"]), metrics))
             continue
-        if split == "target":
+        if select == "selected":
+            if "selected" not in ev:
+                raise ConfigError(
+                    f"--select selected: run {str(run)!r} has no selected round "
+                    "(it was trained with partition.validation=0); use --select last"
+                )
+            metrics = ev["selected"]["target"]
+        elif split == "target":
             metrics = ev.get("target", {})
         elif split == "source_mean":
             metrics = {"accuracy": ev.get("source_mean_accuracy", float("nan"))}

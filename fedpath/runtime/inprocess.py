@@ -3,9 +3,11 @@
 One :class:`InProcessRun` is one leave-one-domain-out fold with one seed. Per round:
 sample clients -> for each stage of the algorithm: configure -> client halves ->
 aggregate -> evaluate the global model on the unseen target (and the sources' test
-splits) -> append to ``results.jsonl`` -> checkpoint. Client halves are created
-fresh for every call and their models freed, so 100 clients never means 100 live
-models; what a client keeps lives in its small :class:`ClientState`.
+splits; with ``partition.validation``, the sources' validation slides:
+:mod:`fedpath.runtime.selection`) -> append to ``results.jsonl`` -> checkpoint.
+Client halves are created fresh for every call and their models freed, so 100
+clients never means 100 live models; what a client keeps lives in its small
+:class:`ClientState`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from fedpath.runtime.persistence import (  # noqa: F401  (re-exported names)
     save_checkpoint,
     save_final,
 )
+from fedpath.runtime.selection import Selector, exported_decision
 from fedpath.types import ArrayDict, ClientState, Payload
 from fedpath.utils.io import append_jsonl, atomic_write_text
 from fedpath.utils.progress import Reporter
@@ -100,6 +103,12 @@ class InProcessRun:
         )
         self.eval_splits = eval_splits(cfg, dataset, fold)
         self._last_eval: dict[str, Any] = {}
+        #: training-domain validation (None: partition.validation is 0)
+        self.selector = (
+            Selector(cfg, self.task, self.clients)
+            if cfg.partition.validation > 0
+            else None
+        )
 
     # ------------------------------------------------------------------ set-up
 
@@ -153,6 +162,11 @@ class InProcessRun:
         final: dict[str, Any] = self._last_eval
         for rnd in range(start, rounds + 1):
             final = self.run_round(rnd)
+        last = self.server.global_weights()
+        if self.selector is not None and last is not None:  # the selected round
+            target = self.eval_splits[("target", self.fold.target)]
+            load, model = self._load_eval_weights, self.eval_model
+            final = final | self.selector.final(self.task, model, load, last, target)
         record = {
             **self.labels(),
             "round": rounds,
@@ -211,12 +225,10 @@ class InProcessRun:
             self._last_eval = evaluation
         times.evaluation = time.perf_counter() - t0
         t0 = time.perf_counter()
-        append_jsonl(
-            self.run_dir / RESULTS,
+        self._append(
+            "round",
+            rnd,
             {
-                **self.labels(),
-                "kind": "round",
-                "round": rnd,
                 "clients": len(sampled),
                 "bytes_up": up,
                 "bytes_down": down,
@@ -227,12 +239,10 @@ class InProcessRun:
         if self.cfg.runtime.checkpoint:
             self._checkpoint(rnd)
         times.checkpoint = time.perf_counter() - t0
-        append_jsonl(
-            self.run_dir / RESULTS,
+        self._append(
+            "timing",
+            rnd,
             {
-                **self.labels(),
-                "kind": "timing",
-                "round": rnd,
                 "client_s": times.clients,
                 "server_s": times.server,
                 "eval_s": times.evaluation,
@@ -293,22 +303,22 @@ class InProcessRun:
         out.update(
             evaluate_classifier(self.task, self.eval_model, self.eval_splits, record)
         )
+        if self.selector is not None:
+            val = self.selector.score(rnd, self.task, self.eval_model, weights, record)
+            out["validation"] = val
+            summary = {"validation": val["value"], **self.selector.summary()}
+            self._append("selection", rnd, summary)
         return out
 
     def _eval_record(
         self, rnd: int, kind: str, domain: str, metrics: Mapping[str, Any]
     ) -> None:
-        append_jsonl(
-            self.run_dir / RESULTS,
-            {
-                **self.labels(),
-                "kind": "eval",
-                "round": rnd,
-                "split": kind,
-                "domain": domain,
-                **metrics,
-            },
-        )
+        self._append("eval", rnd, {"split": kind, "domain": domain, **metrics})
+
+    def _append(self, kind: str, rnd: int, fields: Mapping[str, Any]) -> None:
+        """One ``results.jsonl`` line: the run's labels, ``kind``, ``round``."""
+        record = {**self.labels(), "kind": kind, "round": rnd, **fields}
+        append_jsonl(self.run_dir / RESULTS, record)
 
     def _evaluate_clients(self, rnd: int) -> dict[str, Any]:
         """Every client evaluates its deployed model on its own test split; one
@@ -341,7 +351,10 @@ class InProcessRun:
     # ------------------------------------------------------------------ persistence
 
     def _checkpoint(self, rnd: int) -> None:
-        ckpt = Checkpoint(rnd, self.server.state(), self.states, self._last_eval)
+        selected = self.selector.state() if self.selector is not None else None
+        ckpt = Checkpoint(
+            rnd, self.server.state(), self.states, self._last_eval, selected
+        )
         save_checkpoint(
             self.run_dir, ckpt, self.cfg.hash(), self.fold.target, self.seed
         )
@@ -354,10 +367,15 @@ class InProcessRun:
         self.server.load_state(ckpt.server)
         self.states = ckpt.clients
         self._last_eval = ckpt.last_eval
+        if self.selector is not None:
+            self.selector.load_state(ckpt.selected)
         return ckpt.round
 
     def _save_final(self, record: Mapping[str, Any]) -> None:
         weights = self.server.global_weights()
+        which, rnd = self.cfg.runtime.export, self.cfg.train.rounds
+        if which == "selected" and self.selector and self.selector.best:
+            weights, rnd = self.selector.best.weights, self.selector.best.round
         if weights is not None and self.cfg.runtime.export_model:
             self._load_eval_weights(weights)
             # the task says whether its models export (MIL models: not yet)
@@ -370,6 +388,9 @@ class InProcessRun:
                     "trained_on": list(self.fold.sources),
                     "held_out": self.fold.target,
                     "seed": self.seed,
+                    "round": rnd,
+                    "selection": which,
+                    **exported_decision(record["evaluation"], which),
                 },
             )
         save_final(self.run_dir, record)

@@ -2,7 +2,8 @@
 
 A run directory holds ``results.jsonl`` (one JSON record per line, appended as the
 run goes), ``checkpoint.pt`` (rewritten atomically after every round: the server
-state, every client's :class:`~fedpath.types.ClientState`, the last evaluation),
+state, every client's :class:`~fedpath.types.ClientState`, the last evaluation and,
+with ``partition.validation``, the selected round's weights),
 ``final.json`` and, for image classifiers, ``model.fpm``. Resuming loads the
 checkpoint and drops the records of rounds after it (the round that crashed), so a
 resumed run writes exactly the records of an uninterrupted one.
@@ -33,12 +34,17 @@ class ResumeError(RuntimeError):
 
 @dataclass
 class Checkpoint:
-    """The state of a run after round ``round``."""
+    """The state of a run after round ``round``.
+
+    ``selected``: the best validation round so far (its global weights, ``round``
+    and ``value``; :mod:`fedpath.runtime.selection`), None without validation.
+    """
 
     round: int
     server: Payload
     clients: dict[str, ClientState]
     last_eval: dict[str, Any]
+    selected: Payload | None = None
 
 
 def save_checkpoint(
@@ -49,19 +55,19 @@ def save_checkpoint(
     seed: int,
 ) -> None:
     """Write ``checkpoint.pt`` atomically (tensors and plain values only)."""
-    atomic_torch_save(
-        {
-            "format": 1,
-            "round": ckpt.round,
-            "config_hash": config_hash,
-            "fold": fold,
-            "seed": seed,
-            "server": payload_to_tree(ckpt.server),
-            "clients": {c: payload_to_tree(s) for c, s in ckpt.clients.items()},
-            "last_eval": json.dumps(ckpt.last_eval),
-        },
-        run_dir / CHECKPOINT,
-    )
+    tree: dict[str, Any] = {
+        "format": 1,
+        "round": ckpt.round,
+        "config_hash": config_hash,
+        "fold": fold,
+        "seed": seed,
+        "server": payload_to_tree(ckpt.server),
+        "clients": {c: payload_to_tree(s) for c, s in ckpt.clients.items()},
+        "last_eval": json.dumps(ckpt.last_eval),
+    }
+    if ckpt.selected is not None:  # absent without validation: the old layout
+        tree["selected"] = payload_to_tree(ckpt.selected)
+    atomic_torch_save(tree, run_dir / CHECKPOINT)
 
 
 def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
@@ -89,6 +95,7 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
             for c, t in raw["clients"].items()
         },
         last_eval=json.loads(raw.get("last_eval", "{}")),
+        selected=payload_from_tree(raw["selected"]) if "selected" in raw else None,
     )
     truncate_results(run_dir / RESULTS, ckpt.round)
     return ckpt

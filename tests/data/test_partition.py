@@ -6,6 +6,7 @@ import pytest
 from fedpath.config import ConfigError, PartitionConfig
 from fedpath.data.base import DataError, DomainDataset, TensorStore, assign_test_split
 from fedpath.data.partition import (
+    ClientData,
     dirichlet_partition,
     label_skew,
     lodo_plan,
@@ -66,13 +67,15 @@ def test_partition_bad_input() -> None:
         dirichlet_partition(np.zeros(3, int), 4, 1.0, np.random.default_rng(0))
 
 
-def toy_dataset(per_domain: int = 20, domains: int = 3) -> DomainDataset:
+def toy_dataset(
+    per_domain: int = 20, domains: int = 3, slides_per_domain: int = 5
+) -> DomainDataset:
     import torch
 
     n = per_domain * domains
     images = torch.zeros(n, 3, 16, 16, dtype=torch.uint8)
     dom = np.repeat([f"d{i}" for i in range(domains)], per_domain)
-    slides = np.array([f"{d}/s{i % 5}" for i, d in enumerate(dom)])
+    slides = np.array([f"{d}/s{i % slides_per_domain}" for i, d in enumerate(dom)])
     y = np.arange(n) % 2
     is_test = assign_test_split(dom, slides, 0.3, seed=0)
     return DomainDataset(
@@ -142,3 +145,71 @@ def test_dataset_validates_metadata() -> None:
     ds = toy_dataset()
     with pytest.raises(DataError, match="no domain 'zz'; domains: d0, d1, d2"):
         ds.split("zz")
+
+
+def validation_slides(clients: list[ClientData], domain: str = "") -> set[str]:
+    return {
+        str(s)
+        for c in clients
+        if c.validation is not None and c.domain.startswith(domain)
+        for s in c.validation.slides
+    }
+
+
+def test_validation_is_held_out_by_slide_and_stable() -> None:
+    ds = toy_dataset(per_domain=80, slides_per_domain=10)
+    cfg = PartitionConfig(2, 0.5, validation=0.3)
+    clients = make_clients(ds, ["d0", "d1"], cfg, seed=0)
+    trained = {s for c in clients for s in c.train.slides}
+    validated = validation_slides(clients)
+    assert validated and not trained & validated  # in the whole federation
+    for d in ("d0", "d1"):
+        mine = [c for c in clients if c.domain == d]
+        val = [c.validation for c in mine if c.validation is not None]
+        assert len(val) == 2
+        # train + validation: exactly the domain's training split
+        parts = [c.train.indices for c in mine] + [v.indices for v in val]
+        assert np.array_equal(
+            np.sort(np.concatenate(parts)), ds.split(d, "train").indices
+        )
+        held = sum(len(v) for v in val) / len(ds.split(d, "train"))
+        assert 0.15 <= held <= 0.45
+        # each validation slide belongs to one client, whole
+        assert not set(val[0].slides) & set(val[1].slides)
+    # seeded: the same split again; another seed, other slides
+    again = make_clients(ds, ["d0", "d1"], cfg, seed=0)
+    for a, b in zip(clients, again, strict=True):
+        assert a.validation is not None and b.validation is not None
+        assert np.array_equal(a.validation.indices, b.validation.indices)
+        assert np.array_equal(a.train.indices, b.train.indices)
+    others = [validation_slides(make_clients(ds, ["d0"], cfg, k)) for k in range(1, 6)]
+    assert any(o != validation_slides(clients, "d0") for o in others)
+    # a domain holds out the same slides in every fold (whatever its position)
+    fold2 = make_clients(ds, ["d2", "d1"], cfg, seed=0)
+    assert validation_slides(fold2, "d1") == validation_slides(clients, "d1")
+
+
+def test_no_validation_by_default_leaves_the_split_alone() -> None:
+    ds = toy_dataset(per_domain=40)
+    base = make_clients(ds, ["d0", "d1"], PartitionConfig(2, 0.5), seed=3)
+    off = make_clients(
+        ds, ["d0", "d1"], PartitionConfig(2, 0.5, validation=0.0), seed=3
+    )
+    assert PartitionConfig().validation == 0.0
+    for a, b in zip(base, off, strict=True):
+        assert a.validation is None and b.validation is None
+        assert np.array_equal(a.train.indices, b.train.indices)
+    for d in ("d0", "d1"):
+        total = sum(len(c.train) for c in base if c.domain == d)
+        assert total == len(ds.split(d, "train"))
+
+
+def test_validation_that_leaves_too_little_training_names_the_key() -> None:
+    ds = toy_dataset(per_domain=12, slides_per_domain=6)
+    with pytest.raises(DataError, match="after holding out partition.validation=0.4"):
+        make_clients(
+            ds,
+            ["d0"],
+            PartitionConfig(2, 0.5, min_client_size=5, validation=0.4),
+            seed=0,
+        )

@@ -18,6 +18,7 @@ from fedpath.evaluation.metrics import (
     METRIC_NAMES,
     classification_metrics,
     confusion_matrix,
+    expected_calibration_error,
     metrics_with_confusion,
     roc_curve,
 )
@@ -28,7 +29,26 @@ EXACT |= {"macro_recall", *BINARY_METRIC_NAMES}
 
 
 def names_for(num_classes: int) -> tuple[str, ...]:
+    """The higher-is-better keys (``ece`` follows them)."""
     return METRIC_NAMES + (BINARY_METRIC_NAMES if num_classes == 2 else ())
+
+
+def reference_ece(y: np.ndarray, probs: np.ndarray, bins: int = 15) -> float:
+    """Guo et al.'s ECE written out sample by sample: bin m holds the confidences
+    in ((m-1)/M, m/M]; sum over bins of |B|/N |acc(B) - conf(B)|."""
+    conf = [float(max(row)) for row in probs]
+    hit = [
+        float(int(np.argmax(row)) == int(t)) for row, t in zip(probs, y, strict=True)
+    ]
+    total = 0.0
+    for m in range(1, bins + 1):
+        lo, hi = (m - 1) / bins, m / bins
+        members = [i for i, c in enumerate(conf) if lo < c <= hi]
+        if members:
+            acc = sum(hit[i] for i in members) / len(members)
+            mean_conf = sum(conf[i] for i in members) / len(members)
+            total += len(members) / len(conf) * abs(acc - mean_conf)
+    return total
 
 
 def sklearn_reference(
@@ -72,7 +92,9 @@ def assert_matches_sklearn(
 ) -> None:
     ours = classification_metrics(y, probs, pred)
     ref = sklearn_reference(y, probs, pred)
-    assert tuple(ours) == names_for(probs.shape[1])
+    # ece is appended: every other key and value is what it always was
+    assert tuple(ours) == (*names_for(probs.shape[1]), "ece")
+    ref["ece"] = reference_ece(y, probs)
     for name in ours:
         assert isinstance(ours[name], float), name
         if math.isnan(ref[name]):
@@ -124,7 +146,11 @@ def test_perfect_predictions(num_classes: int) -> None:
     y = np.tile(np.arange(num_classes), 5)
     probs = np.eye(num_classes)[y] * 0.9 + 0.1 / num_classes
     result = classification_metrics(y, probs)
-    assert result == pytest.approx({name: 1.0 for name in names_for(num_classes)})
+    assert {k: result[k] for k in names_for(num_classes)} == pytest.approx(
+        {name: 1.0 for name in names_for(num_classes)}
+    )
+    # every answer right at confidence 0.9 + 0.1/C: over-cautious by 0.1 - 0.1/C
+    assert result["ece"] == pytest.approx(0.1 - 0.1 / num_classes)
     assert_matches_sklearn(y, probs)
 
 
@@ -351,3 +377,44 @@ def test_module_does_not_import_sklearn() -> None:
             imported.add(node.module.split(".")[0])
     assert "sklearn" not in imported
     assert imported <= {"__future__", "numpy", "typing"}
+
+
+def test_ece_by_hand() -> None:
+    """Five samples, worked out on paper with 15 bins of width 1/15."""
+    y = np.array([0, 1, 1, 0, 1])
+    probs = np.array(
+        [
+            [0.95, 0.05],  # conf 0.95, bin (14/15, 1]: right
+            [0.96, 0.04],  # conf 0.96, same bin: wrong
+            [0.40, 0.60],  # conf 0.60 = 9/15 exactly: bin (8/15, 9/15], right
+            [0.55, 0.45],  # conf 0.55, bin (8/15, 9/15]: right
+            [0.30, 0.70],  # conf 0.70, bin (10/15, 11/15]: right
+        ]
+    )
+    # bin 15: acc 1/2, conf 0.955 -> 2/5 * 0.455
+    # bin 9:  acc 1,   conf 0.575 -> 2/5 * 0.425
+    # bin 11: acc 1,   conf 0.70  -> 1/5 * 0.30
+    expected = 0.4 * 0.455 + 0.4 * 0.425 + 0.2 * 0.30
+    assert expected_calibration_error(y, probs) == pytest.approx(expected, abs=1e-12)
+    assert classification_metrics(y, probs)["ece"] == pytest.approx(expected)
+    # an edge confidence belongs to the bin it closes: 0.6 alone is in bin 9
+    one = np.array([[0.4, 0.6]])
+    assert expected_calibration_error(np.array([1]), one) == pytest.approx(0.4)
+    assert expected_calibration_error(np.array([1]), one, bins=1) == pytest.approx(0.4)
+    # the threshold decision of y_pred leaves ece (a property of probs) alone
+    pred = np.array([1, 1, 1, 1, 1])
+    assert (
+        classification_metrics(y, probs, pred)["ece"]
+        == (classification_metrics(y, probs)["ece"])
+    )
+    with pytest.raises(ValueError, match="bins"):
+        expected_calibration_error(y, probs, bins=0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_ece_matches_the_sample_by_sample_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    y, probs = random_case(rng, 2 + seed % 3, ties=seed % 2 == 0, n=80)
+    assert expected_calibration_error(y, probs) == pytest.approx(
+        reference_ece(y, probs), abs=1e-12
+    )

@@ -166,6 +166,16 @@ def test_bold_ties_on_displayed_value() -> None:
     assert "| m3 | 50.00 ± 0.00 | 50.00 ± 0.00 |" in md
 
 
+def test_calibration_error_bolds_the_lowest() -> None:
+    rows = [
+        ResultRow("m1", "T", 0, {"ece": 0.05}),
+        ResultRow("m2", "T", 0, {"ece": 0.20}),
+    ]
+    md = to_markdown(build_table(rows, metric="ece"))
+    assert "| m1 | **5.00 ± 0.00** | **5.00 ± 0.00** |" in md
+    assert "| m2 | 20.00 ± 0.00 | 20.00 ± 0.00 |" in md
+
+
 def test_csv(table: ResultTable) -> None:
     text = to_csv(table)
     records = list(csv.DictReader(io.StringIO(text)))

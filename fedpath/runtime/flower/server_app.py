@@ -26,6 +26,11 @@ holds the server state only; resuming starts a new Flower run, so a node restore
 its client state (FedBN's local normalization layers) only if it keeps it on its
 own disk (node config ``state-dir``, :mod:`fedpath.deploy.node_state`); otherwise
 that state restarts from the global model, whereas in-process resume restores it.
+
+Training-domain validation (``partition.validation`` > 0: round selection,
+temperature, operating point) is refused for now: the validation slides stay on
+the nodes, and only metrics leave a node, while the temperature and the threshold
+are fitted on the pooled validation predictions.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from fedpath.config import ExperimentConfig
+from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.runtime.experiment import load_dataset, run_dir_for
@@ -85,6 +90,14 @@ class FlowerRun(InProcessRun):
         directory: NodeDirectory | None = None,
         reporter: Reporter | None = None,
     ) -> None:
+        if cfg.partition.validation > 0:
+            raise ConfigError(
+                "config key 'partition.validation': expected 0 over Flower, got "
+                f"{cfg.partition.validation:g}; training-domain validation (round "
+                "selection, temperature scaling, the operating point) runs "
+                "in-process only for now (`fedpath run`): the validation slides "
+                "stay on the nodes"
+            )
         super().__init__(cfg, dataset, fold, seed, run_dir, reporter)
         self.grid = grid
         self.settings = settings

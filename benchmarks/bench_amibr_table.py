@@ -1,0 +1,162 @@
+"""The real-data table: AMi-Br leave-one-scanner-out, federated methods beside a
+local-only and a pooled (centralized) row, one backbone, the same budget for all.
+
+Every method runs the suite ``configs/amibr/<backbone>_methods.yaml`` (FedAvg,
+FedProx, FedBN, FedCCRL, FedStain, pooled = ``central_supervised``), one fold
+(held-out scanner) and seed at a time. The **local-only** row trains each source
+hospital alone (the base config restricted to that hospital and the held-out
+one: FedAvg with a single client is local training) and averages its balanced
+accuracy / AUROC at the unseen scanner over the source hospitals. Runs are
+resumable (``--out`` keeps them); the table is mean ± std over seeds per fold
+with the average over folds, and the wall time of every run.
+
+    FEDPATH_AMIBR=/path/to/amibr python benchmarks/bench_amibr_table.py \\
+        --backbone lite0 --folds TUPAC16 --seeds 0 --out runs/amibr_table
+    python benchmarks/bench_amibr_table.py --data /path/to/amibr --backbone small_cnn
+
+Threads: ``runtime.threads`` of the config (1); run two scripts side by side on a
+2-core machine rather than one with 2 threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedpath.cli import main as fedpath_main
+from fedpath.config import load_config
+
+FOLDS = ("MIDOG21_HamamatsuXR", "MIDOG21_HamamatsuS360", "MIDOG21_AperioCS2", "TUPAC16")
+FEDERATED = ("fedavg", "fedprox", "fedbn", "fedccrl", "fedstain")
+METRICS = ("balanced_accuracy", "auroc")
+
+
+def _final(run_dir: Path) -> dict | None:
+    f = run_dir / "final.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def _target(rec: dict, select: str) -> dict:
+    """The unseen scanner's metrics of the last or the source-selected round."""
+    ev = rec["evaluation"]
+    if select == "last":
+        return dict(ev["target"])
+    if "selected" not in ev:
+        raise SystemExit("--select selected: run without partition.validation")
+    return dict(ev["selected"]["target"])
+
+
+def _run(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    code = fedpath_main(argv)
+    if code != 0:
+        raise SystemExit(f"fedpath {' '.join(argv)} failed with exit code {code}")
+    return time.perf_counter() - t0
+
+
+def _cell(values: list[float]) -> str:
+    """mean ± sample std (ddof 1, as fedpath's tables; 0 for one value)."""
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return f"{np.mean(values):.2f} ± {std:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", default=os.environ.get("FEDPATH_AMIBR"))
+    ap.add_argument("--backbone", choices=("lite0", "small_cnn"), default="lite0")
+    ap.add_argument("--folds", nargs="+", default=list(FOLDS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--methods", nargs="+", default=[*FEDERATED, "local", "pooled"])
+    ap.add_argument("--out", type=Path, default=Path("runs/amibr_table"))
+    ap.add_argument(
+        "--select",
+        choices=("last", "selected"),
+        default="last",
+        help="the last round, or the round chosen on the sources' validation split",
+    )
+    ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
+    args = ap.parse_args()
+    if not args.data or not (Path(args.data) / "manifest.csv").is_file():
+        raise SystemExit(
+            "AMi-Br not found: pass --data DIR or set FEDPATH_AMIBR to the folder "
+            "holding manifest.csv and patches/ (see configs/amibr/lite0.yaml)"
+        )
+    suite = Path(f"configs/amibr/{args.backbone}_methods.yaml")
+    base = Path(f"configs/amibr/{args.backbone}.yaml")
+    name = load_config(base).name
+    common = [f"data.root={args.data}", f"output_dir={args.out}", *args.overrides]
+    walls: dict[str, list[float]] = {}
+    # (method, fold, seed) -> metrics
+    scores: dict[tuple[str, str, int], dict[str, float]] = {}
+    for fold in args.folds:
+        sources = [d for d in FOLDS if d != fold]
+        for seed in args.seeds:
+            one = [*common, f"seeds=[{seed}]", f"lodo.targets=[{fold}]"]
+            for m in args.methods:
+                if m == "local":
+                    per: list[dict[str, float]] = []
+                    for h in sources:
+                        over = [
+                            *one,
+                            f"name={name}_local_{h}",
+                            "label=local",
+                            "algorithm.name=fedavg",
+                            f"data.params.domains=[{h}, {fold}]",
+                        ]
+                        rd = (
+                            args.out
+                            / f"{name}_local_{h}"
+                            / "local"
+                            / fold
+                            / f"seed{seed}"
+                        )
+                        if _final(rd) is None:
+                            walls.setdefault("local", []).append(
+                                _run(["run", str(base), *over, "--quiet"])
+                            )
+                        rec = _final(rd)
+                        assert rec is not None
+                        per.append(_target(rec, args.select))
+                    scores[("local", fold, seed)] = {
+                        k: float(np.mean([p[k] for p in per])) for k in METRICS
+                    }
+                    continue
+                rd = args.out / name / m / fold / f"seed{seed}"
+                if _final(rd) is None:
+                    walls.setdefault(m, []).append(
+                        _run(["suite", str(suite), *one, "--only", m, "--quiet"])
+                    )
+                rec = _final(rd)
+                assert rec is not None
+                target = _target(rec, args.select)
+                scores[(m, fold, seed)] = {k: float(target[k]) for k in METRICS}
+    for metric in METRICS:
+        print(
+            f"\n{metric} (%) at the unseen scanner, {args.backbone}, mean ± std "
+            f"over seeds {args.seeds}\n"
+        )
+        print("| Method | " + " | ".join(args.folds) + " | Avg |")
+        print("|---|" + "---:|" * (len(args.folds) + 1))
+        for m in args.methods:
+            cells, per_seed = [], []
+            for fold in args.folds:
+                v = [100 * scores[(m, fold, s)][metric] for s in args.seeds]
+                cells.append(_cell(v))
+            for s in args.seeds:
+                per_seed.append(
+                    np.mean([100 * scores[(m, f, s)][metric] for f in args.folds])
+                )
+            avg = _cell(per_seed)
+            print(f"| {m} | " + " | ".join(cells) + f" | {avg} |")
+    print("\nwall time per run (s, this invocation; local: per source hospital):")
+    for m, w in walls.items():
+        print(f"  {m}: {np.mean(w):.0f} mean over {len(w)} runs")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from fedpath.evaluation.metrics import BINARY_METRIC_NAMES, METRIC_NAMES
 from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their home)
     Check,
     Checked,
@@ -20,6 +21,9 @@ from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their 
     require,
     resolve_params,
 )
+
+#: metrics a round can be selected by (higher is better; see evaluation.metrics)
+SELECTABLE = (*METRIC_NAMES, *BINARY_METRIC_NAMES)
 
 
 @dataclass(frozen=True)
@@ -188,17 +192,12 @@ class EvalConfig(Checked):
             lambda cs: len(cs) >= 1 and all(c > 0 for c in cs),
         ),
     ] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0, 100.0])
-    select_metric: Literal[
-        "accuracy",
-        "balanced_accuracy",
-        "macro_f1",
-        "auroc",
-        "mcc",
-        "macro_precision",
-        "macro_recall",
-        "f1",
-        "precision",
-        "recall",
+    select_metric: Annotated[
+        str,
+        Check(
+            "one of " + ", ".join(map(repr, SELECTABLE)),
+            lambda name, ok=SELECTABLE: name in ok,  # a default: see schema.Check
+        ),
     ] = "balanced_accuracy"
     target_sensitivity: Annotated[float | None, Range(0, 1, lo_open=True)] = None
 

@@ -57,7 +57,12 @@ def require(ok: bool, key: str, expected: str, got: Any) -> None:
 
 @dataclass(frozen=True)
 class Check:
-    """A value constraint: ``ok(value)``, worded as ``expected`` in errors."""
+    """A value constraint: ``ok(value)``, worded as ``expected`` in errors.
+
+    ``ok`` is evaluated with the annotation (``typing.get_type_hints``), whose
+    lambdas see module-level names only through default arguments
+    (``lambda v, names=NAMES: v in names``).
+    """
 
     expected: str
     ok: Callable[[Any], bool]

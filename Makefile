@@ -1,5 +1,5 @@
 # fedpath: the two commands a newcomer needs.
-#   make demo   install, then train every method on the synthetic hospitals (about 7.5 min on 2 cores)
+#   make demo   install, then train four image methods on the synthetic hospitals (about 7.5 min on 2 cores)
 #   make test   install, then lint (ruff), type-check (mypy) and run the unit tests
 PYTHON ?= python3
 VENV   ?= .venv

@@ -35,7 +35,7 @@ def make_task(cfg: ExperimentConfig, dataset: DomainDataset) -> Task:
 def require_kind(dataset: DomainDataset, kind: str, what: str) -> None:
     """Refuse a dataset of another data kind than a tool needs (``what`` names the
     option and the tool)."""
-    if TASKS[dataset.kind].kind != kind:
+    if dataset.kind != kind:
         raise TaskMismatch(
             f"{what} needs a dataset of {kind}, got {dataset.name!r} holding "
             f"{dataset.kind}"

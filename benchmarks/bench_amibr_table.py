@@ -27,12 +27,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
 
 FOLDS = ("MIDOG21_HamamatsuXR", "MIDOG21_HamamatsuS360", "MIDOG21_AperioCS2", "TUPAC16")
-FEDERATED = ("fedavg", "fedprox", "fedbn", "fedccrl", "fedstain")
 METRICS = ("balanced_accuracy", "auroc")
 
 
@@ -68,10 +68,21 @@ def _cell(values: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default=os.environ.get("FEDPATH_AMIBR"))
-    ap.add_argument("--backbone", choices=("lite0", "small_cnn"), default="lite0")
+    ap.add_argument(
+        "--backbone",
+        choices=("lite0", "small_cnn", "lite0_frozen"),
+        default="lite0",
+        help="configs/amibr/<backbone>.yaml; lite0_frozen: the frozen-feature "
+        "fast path (fedavg, fedprox, local, pooled only)",
+    )
     ap.add_argument("--folds", nargs="+", default=list(FOLDS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--methods", nargs="+", default=[*FEDERATED, "local", "pooled"])
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="default: every variant of the backbone's suite, local and pooled",
+    )
     ap.add_argument("--out", type=Path, default=Path("runs/amibr_table"))
     ap.add_argument(
         "--select",
@@ -88,6 +99,10 @@ def main() -> None:
         )
     suite = Path(f"configs/amibr/{args.backbone}_methods.yaml")
     base = Path(f"configs/amibr/{args.backbone}.yaml")
+    if args.methods is None:
+        variants = list(yaml.safe_load(suite.read_text())["variants"])
+        federated = [m for m in variants if m != "pooled"]
+        args.methods = [*federated, "local", "pooled"]
     name = load_config(base).name
     common = [f"data.root={args.data}", f"output_dir={args.out}", *args.overrides]
     walls: dict[str, list[float]] = {}

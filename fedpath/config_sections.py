@@ -122,6 +122,12 @@ class TrainConfig(Checked):
     augmented batch): ``dihedral`` (random flips and 90-degree rotations: tissue
     has no canonical orientation) or ``dihedral_jitter`` (plus mild brightness,
     contrast and saturation jitter, +-10%); ``none``.
+    ``cache_features``: the frozen-feature fast path. With a frozen encoder
+    (``trainable: classifier``) and no pixel augmentation, every image is
+    encoded once (cached on disk, ``runtime.feature_cache``) and the methods
+    that only classify their inputs (``fedavg``, ``fedprox``,
+    ``central_supervised``) train the linear classifier on the embeddings:
+    the same model, hundreds of rounds per minute.
     """
 
     config_section = "train"
@@ -148,8 +154,23 @@ class TrainConfig(Checked):
     warmup: Annotated[float, Range(0, 1, hi_open=True)] = 0.0
     bn: Literal["train", "frozen"] = "train"
     augment: Literal["none", "dihedral", "dihedral_jitter"] = "none"
+    cache_features: bool = False
 
     def validate(self) -> None:
+        require(
+            not self.cache_features or self.trainable == "classifier",
+            "trainable",
+            "'classifier' when train.cache_features is true (only a frozen encoder's "
+            "features can be cached)",
+            self.trainable,
+        )
+        require(
+            not self.cache_features or self.augment == "none",
+            "augment",
+            "'none' when train.cache_features is true (cached features are of the "
+            "unaugmented images)",
+            self.augment,
+        )
         require(
             self.schedule != "linear" or self.lr_end is not None,
             "lr_end",
@@ -202,17 +223,41 @@ class EvalConfig(Checked):
     target_sensitivity: Annotated[float | None, Range(0, 1, lo_open=True)] = None
 
 
+def _is_device(name: str) -> bool:
+    head, _, index = name.partition(":")
+    return (name == "cpu") or (head == "cuda" and (index == "" or index.isdigit()))
+
+
 @dataclass(frozen=True)
-class RuntimeConfig:
+class RuntimeConfig(Checked):
     """Where and how the in-process runtime runs.
 
+    ``device``: ``cpu`` (the default), ``cuda`` or ``cuda:<index>`` (a GPU;
+    a Flower node sets its own with ``--device``).
+    ``precision``: ``fp32``, or ``bf16``: the image encoder runs under bfloat16
+    autocast (convolutions and matrix products in bf16, on GPUs with bf16
+    support; no loss scaling needed), while losses, pixel augmentations, stain
+    statistics and the classifier stay in float32.
     ``threads``: torch intra-op threads (null: leave torch's default).
     ``checkpoint``: write a checkpoint after every round (needed for ``--resume``).
     ``export``: ``model.fpm`` holds the ``last`` or the ``selected`` round's model.
+    ``feature_cache``: folder of the encoded images of ``train.cache_features``
+    (null: ``<output_dir>/feature_cache``); one HDF5 file per dataset, encoder
+    and weights, reused by every later run.
     """
 
-    device: str = "cpu"
-    threads: int | None = None
+    config_section = "runtime"
+
+    device: Annotated[
+        str,
+        Check(
+            "'cpu', 'cuda' or 'cuda:<index>'",
+            lambda d, ok=_is_device: ok(d),  # a default: see schema.Check
+        ),
+    ] = "cpu"
+    precision: Literal["fp32", "bf16"] = "fp32"
+    threads: Annotated[int | None, Ge(1)] = None
     checkpoint: bool = True
     export_model: bool = True
     export: Literal["last", "selected"] = "last"
+    feature_cache: str | None = None

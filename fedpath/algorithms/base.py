@@ -254,6 +254,10 @@ class AlgorithmSpec:
     summary: str
     #: what the clients train on: "images", or "bags" (slides as patch embeddings)
     data: str = "images"
+    #: an image method whose loss only classifies its input batch (no pixel
+    #: transforms, no second encoder): it also trains on cached embeddings of a
+    #: frozen encoder (``train.cache_features``)
+    features: bool = False
 
 
 def register_algorithm(
@@ -263,9 +267,10 @@ def register_algorithm(
     params: type | None = None,
     summary: str = "",
     data: str = "images",
+    features: bool = False,
 ) -> AlgorithmSpec:
     spec = AlgorithmSpec(
-        client, server, summary or (client.__doc__ or "").strip(), data
+        client, server, summary or (client.__doc__ or "").strip(), data, features
     )
     ALGORITHMS.register(name, params=params)(spec)
     return spec

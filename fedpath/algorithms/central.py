@@ -32,17 +32,19 @@ from fedpath.algorithms.base import (
 from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
 from fedpath.algorithms.names import FIT, POOL, UPLOAD
 from fedpath.algorithms.ssl_common import SSLClient, SSLNet
-from fedpath.data.base import Split, TensorStore
+from fedpath.data.base import ImageStore, Split
 from fedpath.models.backbones import FedModel
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
 
-def _pooled_split(pool: ArrayDict) -> Split:
+def _pooled_split(pool: ArrayDict, like: ImageStore) -> Split:
+    """The pooled uploads as one split, in a store of the clients' kind (images,
+    or the embeddings of ``train.cache_features``)."""
     images = torch.from_numpy(np.ascontiguousarray(pool["images"]))
     n = int(images.shape[0])
     labels = pool.get("labels", np.zeros(n, np.int64)).astype(np.int64)
     return Split(
-        TensorStore(images),
+        like.holding(images),
         np.arange(n, dtype=np.int64),
         labels,
         np.full(n, "pooled"),
@@ -65,7 +67,7 @@ class _PoolingClient(SSLClient):
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
         if stage == FIT:
             self.ctx = dataclasses.replace(
-                self.ctx, data=_pooled_split(payload.group(POOL))
+                self.ctx, data=_pooled_split(payload.group(POOL), self.ctx.data.store)
             )
         return super().handle(stage, payload, state)
 
@@ -149,4 +151,5 @@ register_algorithm(
     CentralSupervisedServer,
     FedAvgSSLParams,
     "Centralized supervised upper bound (images + labels pooled: not private)",
+    features=True,
 )

@@ -148,4 +148,5 @@ register_algorithm(
     FedAvgServer,
     FedAvgParams,
     "FedAvg (McMahan et al. 2017): local CE, example-weighted averaging",
+    features=True,
 )

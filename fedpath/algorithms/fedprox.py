@@ -51,4 +51,5 @@ register_algorithm(
     FedAvgServer,
     FedProxParams,
     "FedProx (Li et al. 2020): CE + (mu/2)||w - w_global||^2",
+    features=True,
 )

@@ -8,6 +8,7 @@ splits, so the runtime is identical for in-memory tensors and for PNGs on disk.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ class ImageStore(ABC):
     """Where the pixels live. ``load`` returns uint8 tensors of shape (B, 3, H, W)."""
 
     image_size: int
-    #: "images", or "bags" for slides as bags of embeddings (:mod:`fedpath.data.bags`)
+    #: "images"; "bags" for slides as bags of embeddings (:mod:`fedpath.data.bags`);
+    #: "features" for images encoded once by a frozen encoder
+    #: (:mod:`fedpath.data.features`)
     kind: str = "images"
 
     @abstractmethod
@@ -41,6 +44,22 @@ class ImageStore(ABC):
     @property
     def in_memory(self) -> bool:
         return False
+
+    def model_input(self, batch: torch.Tensor) -> torch.Tensor:
+        """A loaded batch as a model takes it: images as float in [0, 1]."""
+        return batch.float().div_(255.0)
+
+    def holding(self, batch: torch.Tensor) -> ImageStore:
+        """A store of this kind holding ``batch`` (loaded from a store like this
+        one; e.g. a pooled upload)."""
+        return TensorStore(batch)
+
+    def fingerprint(self) -> str:
+        """A digest of what the store holds (keys caches of its encoded images)."""
+        raise DataError(
+            f"{type(self).__name__} has no fingerprint: its encoded images cannot "
+            "be cached (train.cache_features)"
+        )
 
 
 class TensorStore(ImageStore):
@@ -62,6 +81,12 @@ class TensorStore(ImageStore):
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
+
+    def fingerprint(self) -> str:
+        """sha256 of the pixels (and their shape)."""
+        h = hashlib.sha256(repr(tuple(self.images.shape)).encode())
+        h.update(self.images.contiguous().numpy().tobytes())
+        return h.hexdigest()
 
     @property
     def in_memory(self) -> bool:
@@ -92,7 +117,8 @@ class Split:
         )
 
     def load(self, positions: np.ndarray) -> torch.Tensor:
-        """uint8 images (B, 3, H, W) of the samples at ``positions`` of this split."""
+        """uint8 images (B, 3, H, W) of the samples at ``positions`` of this split
+        (float embeddings (B, D) for a store of kind ``features``)."""
         return self.store.load(self.indices[np.asarray(positions, dtype=np.int64)])
 
     def class_counts(self, num_classes: int) -> np.ndarray:

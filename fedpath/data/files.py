@@ -8,6 +8,7 @@ evaluation and prediction at another hospital see the same geometry).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,6 +73,18 @@ class FileStore(ImageStore):
             with ThreadPoolExecutor(self.workers) as pool:
                 list(pool.map(one, range(len(idx))))
         return torch.from_numpy(out)
+
+    def fingerprint(self) -> str:
+        """sha256 of every file's path, size and modification time, and the size
+        images are decoded at: a changed, added or moved crop changes it."""
+        h = hashlib.sha256(f"FileStore {self.image_size}\n".encode())
+        for p in self.paths:
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                raise DataError(f"image file {str(p)!r} does not exist") from None
+            h.update(f"{p.resolve()}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
 
     def to_memory(self) -> TensorStore:
         """Decode everything once into a :class:`TensorStore` (small datasets)."""

@@ -77,6 +77,9 @@ class FedModel(nn.Module):
             "std", torch.tensor(std).view(1, 3, 1, 1), persistent=False
         )
         self.num_classes = num_classes
+        #: run the encoder under autocast to this dtype (``runtime.precision:
+        #: bf16``); None: float32. Not saved: a loaded model runs in float32.
+        self.autocast: torch.dtype | None = None
 
     @property
     def feature_dim(self) -> int:
@@ -90,17 +93,38 @@ class FedModel(nn.Module):
         )
 
     def encode(self, x: torch.Tensor, hook: FeatureHook | None = None) -> torch.Tensor:
-        """z = h(x) for images x in [0, 1]."""
-        return self.encoder(self.normalize(x), hook)
+        """z = h(x) for images x in [0, 1] (float32, also under :attr:`autocast`)."""
+        if self.autocast is None:
+            return self.encoder(self.normalize(x), hook)
+        with torch.autocast(x.device.type, dtype=self.autocast):
+            z = self.encoder(self.normalize(x), _float32(hook))
+        return z.float()
 
     def forward(self, x: torch.Tensor, hook: FeatureHook | None = None) -> torch.Tensor:
         return self.classifier(self.encode(x, hook))
 
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Output of every encoder stage (for feature-level statistics)."""
+        """Output of every encoder stage (for feature-level statistics; float32)."""
         maps: list[torch.Tensor] = []
-        self.encoder(self.normalize(x), None, maps)
-        return maps
+        if self.autocast is None:
+            self.encoder(self.normalize(x), None, maps)
+            return maps
+        with torch.autocast(x.device.type, dtype=self.autocast):
+            self.encoder(self.normalize(x), None, maps)
+        return [m.float() for m in maps]
+
+
+def _float32(hook: FeatureHook | None) -> FeatureHook | None:
+    """``hook`` run outside autocast on float32 maps: feature statistics (means,
+    variances, higher moments) are not computed in bf16."""
+    if hook is None:
+        return None
+
+    def run(stage: int, fmap: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(fmap.device.type, enabled=False):
+            return hook(stage, fmap.float())
+
+    return run
 
 
 # --------------------------------------------------------------------------- registry

@@ -180,6 +180,18 @@ def require(module: str, package: str, backbone: str) -> ModuleType:
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}
 
 
+def state_digest(module: nn.Module) -> str:
+    """sha256 of a module's state_dict (names, shapes, dtypes and values): which
+    weights an encoder holds, however they were loaded (keys feature caches)."""
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}\t{tuple(t.shape)}\t{t.dtype}\n".encode())
+        arr = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file (cached per path, size and modification time)."""
     st = path.stat()

@@ -25,6 +25,7 @@ from fedpath.data.base import DATASETS, DomainDataset
 from fedpath.data.partition import lodo_plan
 from fedpath.evaluation.tables import ResultRow
 from fedpath.runtime.inprocess import FINAL, InProcessRun
+from fedpath.tasks import prepare_dataset
 from fedpath.utils.progress import Reporter
 
 
@@ -50,7 +51,7 @@ def run_experiment(
     reporter = reporter or Reporter()
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
-    dataset = dataset or load_dataset(cfg.data)
+    dataset = prepare_dataset(cfg, dataset or load_dataset(cfg.data), reporter)
     folds = lodo_plan(dataset, cfg.lodo.targets)
     reporter.start_runs(len(folds) * len(cfg.seeds))
     records = []

@@ -91,7 +91,7 @@ class InProcessRun:
             c.client_id: ClientState() for c in self.clients
         }
         torch.manual_seed(derive_seed(seed, "init"))
-        initial: nn.Module = self.task.build_model()
+        initial: nn.Module = self.task.initial_model()
         self.eval_model = initial
         self.server = self.run_ctx.server_half(
             initial_weights={

@@ -90,6 +90,26 @@ def step(
     opt.step()
 
 
+def resolve_device(name: str) -> torch.device:
+    """``runtime.device`` as a torch device; a GPU that is not there is an error
+    at the start of the run, not a crash in its first round."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+            raise ConfigError(
+                f"config key 'runtime.device': {name!r}, but no CUDA GPU is usable "
+                f"here (this torch is a {build} build); use runtime.device=cpu"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ConfigError(
+                f"config key 'runtime.device': {name!r}, but this machine has "
+                f"{count} CUDA device(s) (cuda:0 to cuda:{count - 1})"
+            )
+    return device
+
+
 class Task(ABC):
     """Model building, local training, prediction and evaluation for one data kind.
 
@@ -107,7 +127,9 @@ class Task(ABC):
         self.dataset_name = dataset.name
         self.classes = list(dataset.classes)
         self.num_classes = dataset.num_classes
-        self.device = torch.device(cfg.runtime.device)
+        self.device = resolve_device(cfg.runtime.device)
+        #: the encoder's autocast dtype (``runtime.precision``), None: float32
+        self.autocast = torch.bfloat16 if cfg.runtime.precision == "bf16" else None
 
     # ------------------------------------------------------------------ models
 
@@ -115,6 +137,11 @@ class Task(ABC):
     def build_model(self, name: str | None = None) -> nn.Module:
         """The configured model (``name=None``) or another registered one by name
         (FedHD clients may each choose their architecture)."""
+
+    def initial_model(self) -> nn.Module:
+        """The model a run starts from (its global weights before round 1),
+        drawn from the caller's seeded torch RNG."""
+        return self.build_model()
 
     # ------------------------------------------------------------------ judging
 

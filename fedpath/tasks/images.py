@@ -73,7 +73,7 @@ def fit_images(
                 continue
             at = ((round_idx - 1) * cfg.local_epochs + epoch) * steps_per_epoch + i
             schedule(opt, cfg, at / max(1, total_steps - 1))
-            x = xb.to(device, non_blocking=True).float().div_(255.0)
+            x = data.store.model_input(xb.to(device, non_blocking=True))
             if gen is not None:
                 x = augment_batch(x, cfg.augment, gen)
             y = yb.to(device, non_blocking=True)
@@ -100,7 +100,7 @@ def predict_probs(
     model.to(device).eval()
     chunks = []
     for xb, _, _ in data.batches(batch_size, shuffle=False):
-        logits = model(xb.to(device).float().div_(255.0))
+        logits = model(data.store.model_input(xb.to(device)))
         chunks.append(torch.softmax(logits.float(), dim=1).cpu())
     if not chunks:
         return torch.empty(0, getattr(model, "num_classes", 0))
@@ -117,7 +117,7 @@ def encode_images(
     if encode is None:
         raise TypeError(f"{type(model).__name__} has no encoder to probe")
     chunks = [
-        encode(xb.to(device).float().div_(255.0)).flatten(1).double().cpu()
+        encode(data.store.model_input(xb.to(device))).flatten(1).double().cpu()
         for xb, _, _ in data.batches(batch_size, shuffle=False)
     ]
     if not chunks:
@@ -145,6 +145,7 @@ class ImageTask(Task):
             cfg = type(cfg)(backbone=name)
         model = build_model(cfg, self.num_classes)
         check_image_size(model, self.image_size, "data.params.image_size")
+        model.autocast = self.autocast
         return model
 
     def fit(

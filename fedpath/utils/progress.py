@@ -37,6 +37,8 @@ class Reporter(Closing):
     def epoch(self, done: int, total: int) -> None: ...
     def end_client(self) -> None: ...
     def log(self, message: str) -> None: ...
+    def start_job(self, kind: str, description: str, total: int) -> None: ...
+    def advance_job(self, n: int = 1) -> None: ...
 
 
 class RichReporter(Reporter):
@@ -59,6 +61,7 @@ class RichReporter(Reporter):
         self._round: TaskID | None = None
         self._client: TaskID | None = None
         self._epoch: TaskID | None = None
+        self._job: TaskID | None = None
 
     def __enter__(self) -> Self:
         self.progress.start()
@@ -109,6 +112,14 @@ class RichReporter(Reporter):
 
     def log(self, message: str) -> None:
         self.progress.console.print(message)
+
+    def start_job(self, kind: str, description: str, total: int) -> None:
+        """A one-off job before the runs (encoding a dataset): its own bar."""
+        self._job = self.progress.add_task(description, total=total, kind=kind)
+
+    def advance_job(self, n: int = 1) -> None:
+        if self._job is not None:
+            self.progress.advance(self._job, n)
 
 
 def make_reporter(quiet: bool) -> Reporter:

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from fedpath.config import ModelConfig
 from fedpath.data.base import DataError
 from fedpath.models.backbones import FedModel, build_model
+from fedpath.models.pretrained import encoder_info, state_digest
 from fedpath.utils.io import atomic_write_bytes
 from fedpath.wsi import StageReport, atomic_h5, h5_complete, run_stage
 from fedpath.wsi.slide import open_slide
@@ -195,6 +196,9 @@ def extract_features(
             cds.attrs[k] = v
         fh.attrs["backbone"] = backbone
         fh.attrs["weights"] = str(weights or "")
+        # which encoder made these features (the patch-feature cache's key part)
+        fh.attrs["encoder_sha256"] = state_digest(net.encoder)
+        fh.attrs["weights_sha256"] = encoder_info(net)["weights_sha256"]
         fh.attrs["input_size"] = target
         fh.attrs["num_patches"] = len(coords)
     if pt_path is not None:

@@ -434,6 +434,12 @@ def test_node_data_config_keeps_the_runs_params_for_the_same_dataset(
     assert same.runtime.threads == 3
     other = node(**{"data-name": "manifest"})  # another dataset: its own defaults
     assert other.data.name == "manifest" and other.data.params != cfg.data.params
+    # the coordinator does not choose where a node writes its feature cache
+    steered = config(tmp_path, "runtime.feature_cache=/coordinator/says")
+    ctx = Context(1, 7, {"client-id": "h/c0", "state-dir": "/var/h"}, RecordDict(), {})
+    ctx.run_config[RC_CONFIG] = steered.to_yaml()
+    assert node_experiment(ctx).runtime.feature_cache == "/var/h/feature_cache"
+    assert node().runtime.feature_cache.endswith("fedpath/features")
 
 
 def test_settings_are_checked() -> None:

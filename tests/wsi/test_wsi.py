@@ -18,6 +18,7 @@ from fedpath.cli import main
 from fedpath.config import ModelConfig
 from fedpath.data.base import DataError
 from fedpath.models.backbones import build_model
+from fedpath.models.pretrained import state_digest
 from fedpath.wsi import cli as wsi_cli
 from fedpath.wsi.features import extract_features, extract_features_stage
 from fedpath.wsi.slide import find_slides, open_slide
@@ -320,6 +321,7 @@ def test_features_match_direct_encoding(
     with h5py.File(out) as fh:
         feats, coords = fh["features"][:], fh["coords"][:]
         assert fh["coords"].attrs["patch_level"] == 1
+        assert fh.attrs["encoder_sha256"] == state_digest(model.encoder)
     assert feats.shape == (n, model.feature_dim) and feats.dtype == np.float32
     with h5py.File(coords_h5) as fh:
         assert np.array_equal(coords, fh["coords"][:])

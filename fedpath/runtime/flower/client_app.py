@@ -17,6 +17,8 @@ node-config key               meaning
 ``data-root``                 local data folder (default: the run's ``data.root``)
 ``data-params``               YAML mapping of dataset params (default: the run's)
 ``device``, ``threads``       ``runtime.device`` / ``runtime.threads`` on this node
+                              (``runtime.feature_cache`` is always the node's own:
+                              ``<state-dir>/feature_cache`` or ``~/.cache/fedpath``)
 ``dp-clipping-norm`` ...      local DP with Flower's ``LocalDpMod`` (see below)
 ``state-dir``                 keep the client state on the node's disk too, so a
                               resumed run restores it (:mod:`fedpath.deploy.node_state`)
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,10 +167,22 @@ def node_experiment(context: Context) -> ExperimentConfig:
         overrides["runtime.device"] = str(nc[NC_DEVICE])
     if NC_THREADS in nc:
         overrides["runtime.threads"] = int(nc[NC_THREADS])
+    # where this node caches its encoded images (train.cache_features) is the
+    # node's choice, never the coordinator's
+    overrides["runtime.feature_cache"] = str(node_feature_cache(nc))
     try:
         return cfg.replace(**overrides) if overrides else cfg
     except ConfigError as err:
         raise ConfigError(f"node config: {err}") from None
+
+
+def node_feature_cache(nc: Mapping[str, Any]) -> Path:
+    """``<state-dir>/feature_cache``, or the user's cache folder
+    (``$XDG_CACHE_HOME`` or ``~/.cache``, then ``fedpath/features``)."""
+    if NC_STATE_DIR in nc:
+        return Path(str(nc[NC_STATE_DIR])) / "feature_cache"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fedpath" / "features"
 
 
 def find_client(
@@ -218,13 +233,15 @@ _DATASETS_KEPT = 2
 def node_dataset(cfg: ExperimentConfig) -> DomainDataset:
     """The node's dataset, built once per process and data config."""
     from fedpath.runtime.experiment import load_dataset
+    from fedpath.tasks import prepare_dataset
 
     key = repr(cfg.data)
     if key not in _DATASETS:
         while len(_DATASETS) >= _DATASETS_KEPT:
             del _DATASETS[next(iter(_DATASETS))]
         _DATASETS[key] = load_dataset(cfg.data)
-    return _DATASETS[key]
+    # train.cache_features: the node encodes its own images (cached on its disk)
+    return prepare_dataset(cfg, _DATASETS[key])
 
 
 #: The run contexts (task, typed algorithm params) this process has built, by

@@ -68,6 +68,7 @@ from fedpath.runtime.flower.records import (
     records_to_payload,
 )
 from fedpath.runtime.inprocess import RESULTS, InProcessRun
+from fedpath.tasks import prepare_dataset
 from fedpath.types import Payload
 from fedpath.utils.io import append_jsonl
 from fedpath.utils.progress import Reporter
@@ -260,7 +261,7 @@ def run_federation(
 
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
-    dataset = load_dataset(cfg.data)
+    dataset = prepare_dataset(cfg, load_dataset(cfg.data), reporter)
     directory = NodeDirectory(grid, settings.reply_timeout)
     records = []
     for fold in lodo_plan(dataset, cfg.lodo.targets):

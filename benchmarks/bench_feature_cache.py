@@ -1,0 +1,100 @@
+"""The frozen-feature fast path against the pixel path, same model, same budget.
+
+FedAvg trains the classifier of a frozen pretrained encoder two ways: on pixels
+(``train.trainable: classifier``: every round encodes every image again) and on
+cached embeddings (``train.cache_features: true``). Prints the one-off encoding
+time, the time to reuse the cache, rounds per minute of each path (client
+training time only, from the runs' timing records) and the ratio, and the
+unseen-domain balanced accuracy of both (equal up to float noise: the same
+training).
+
+    FEDPATH_AMIBR=/path/to/amibr python benchmarks/bench_feature_cache.py
+    python benchmarks/bench_feature_cache.py --data /path/to/amibr --rounds 3
+
+Default config: ``configs/amibr/lite0_frozen.yaml`` (Lite0 at 128 px) with one
+held-out scanner. Threads: ``runtime.threads`` of the config (1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from fedpath.config import load_config
+from fedpath.runtime.experiment import load_dataset, run_experiment
+from fedpath.tasks import features as feature_path
+
+
+def _client_seconds(run_root: Path) -> tuple[float, int]:
+    total, rounds = 0.0, 0
+    for f in run_root.rglob("results.jsonl"):
+        for line in f.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("kind") == "timing":
+                total += float(rec["client_s"])
+                rounds += 1
+    return total, rounds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", default=os.environ.get("FEDPATH_AMIBR"))
+    ap.add_argument("--config", default="configs/amibr/lite0_frozen.yaml")
+    ap.add_argument("--target", default="TUPAC16")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each path")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench_feature_cache"))
+    args = ap.parse_args()
+    if not args.data or not (Path(args.data) / "manifest.csv").is_file():
+        raise SystemExit(
+            "AMi-Br not found: pass --data DIR or set FEDPATH_AMIBR to the folder "
+            "holding manifest.csv and patches/"
+        )
+    shutil.rmtree(args.out, ignore_errors=True)
+    over = [
+        f"data.root={args.data}",
+        f"output_dir={args.out}",
+        f"lodo.targets=[{args.target}]",
+        "seeds=[0]",
+        f"train.rounds={args.rounds}",
+        f"train.eval_every={args.rounds}",
+        "runtime.checkpoint=false",
+        "runtime.export_model=false",
+    ]
+    cached = load_config(args.config, [*over, "name=cached"])
+    pixels = load_config(
+        args.config, [*over, "name=pixels", "train.cache_features=false"]
+    )
+    dataset = load_dataset(cached.data)
+
+    t0 = time.perf_counter()
+    feature_path.prepare_dataset(cached, dataset)
+    encode_s = time.perf_counter() - t0
+    feature_path._ENCODED.clear()
+    feature_path._PREPARED.clear()
+    t0 = time.perf_counter()
+    feature_path.prepare_dataset(cached, dataset)
+    reuse_s = time.perf_counter() - t0
+
+    results = {}
+    for cfg in (cached, pixels):
+        rec = run_experiment(cfg, dataset=dataset)[0]
+        secs, rounds = _client_seconds(args.out / cfg.name)
+        results[cfg.name] = (60.0 * rounds / secs, rec["evaluation"]["target"])
+
+    n = len(dataset.store)
+    print(f"\n{n} images, {cached.model.backbone} at {dataset.image_size} px, FedAvg")
+    print(f"encode once: {encode_s:.1f} s; reuse the cache: {reuse_s:.1f} s")
+    for name, (rpm, target) in results.items():
+        print(
+            f"{name:>7}: {rpm:8.1f} rounds/min (client training), balanced acc "
+            f"{100 * target['balanced_accuracy']:.2f} at {args.target}"
+        )
+    print(f"speed-up: {results['cached'][0] / results['pixels'][0]:.0f}x")
+
+
+if __name__ == "__main__":
+    main()

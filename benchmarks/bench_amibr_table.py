@@ -70,10 +70,11 @@ def main() -> None:
     ap.add_argument("--data", default=os.environ.get("FEDPATH_AMIBR"))
     ap.add_argument(
         "--backbone",
-        choices=("lite0", "small_cnn", "lite0_frozen"),
+        choices=("lite0", "small_cnn", "lite0_frozen", "lite0_tail"),
         default="lite0",
         help="configs/amibr/<backbone>.yaml; lite0_frozen: the frozen-feature "
-        "fast path (fedavg, fedprox, local, pooled only)",
+        "fast path (fedavg, fedprox, local, pooled only); lite0_tail: the last "
+        "three stages fine-tuned on cached maps (adds fedbn)",
     )
     ap.add_argument("--folds", nargs="+", default=list(FOLDS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

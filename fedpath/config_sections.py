@@ -123,11 +123,13 @@ class TrainConfig(Checked):
     has no canonical orientation) or ``dihedral_jitter`` (plus mild brightness,
     contrast and saturation jitter, +-10%); ``none``.
     ``cache_features``: the frozen-feature fast path. With a frozen encoder
-    (``trainable: classifier``) and no pixel augmentation, every image is
-    encoded once (cached on disk, ``runtime.feature_cache``) and the methods
-    that only classify their inputs (``fedavg``, ``fedprox``,
-    ``central_supervised``) train the linear classifier on the embeddings:
-    the same model, hundreds of rounds per minute.
+    (``trainable: classifier``) or frozen first stages (``last_stages``) and no
+    pixel augmentation, the frozen part runs once over every image (cached on
+    disk, ``runtime.feature_cache``) and the methods that only classify their
+    inputs (``fedavg``, ``fedprox``, ``fedbn``, ``central_supervised``) train
+    the rest on its output: the same model, a fraction of the compute. With
+    ``augment: dihedral`` the output of all 8 views of every image is cached
+    and each epoch picks one per image, as the pixel path would.
     """
 
     config_section = "train"
@@ -158,17 +160,17 @@ class TrainConfig(Checked):
 
     def validate(self) -> None:
         require(
-            not self.cache_features or self.trainable == "classifier",
+            not self.cache_features or self.trainable != "all",
             "trainable",
-            "'classifier' when train.cache_features is true (only a frozen encoder's "
-            "features can be cached)",
+            "'classifier' or 'last_stages' when train.cache_features is true (only "
+            "the output of a frozen part can be cached)",
             self.trainable,
         )
         require(
-            not self.cache_features or self.augment == "none",
+            not self.cache_features or self.augment in ("none", "dihedral"),
             "augment",
-            "'none' when train.cache_features is true (cached features are of the "
-            "unaugmented images)",
+            "'none' or 'dihedral' when train.cache_features is true (the 8 dihedral "
+            "views of every image can be cached; colour jitter cannot)",
             self.augment,
         )
         require(

@@ -70,4 +70,5 @@ register_algorithm(
     FedBNServer,
     FedBNParams,
     "FedBN (Li et al. 2021): normalization layers stay local",
+    features=True,
 )

@@ -45,9 +45,16 @@ class ImageStore(ABC):
     def in_memory(self) -> bool:
         return False
 
+    #: stored versions of every sample (8: the dihedral views of cached features)
+    views: int = 1
+
     def model_input(self, batch: torch.Tensor) -> torch.Tensor:
         """A loaded batch as a model takes it: images as float in [0, 1]."""
         return batch.float().div_(255.0)
+
+    def pick_views(self, batch: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
+        """View ``views[i]`` of sample ``i`` of a loaded batch (``views > 1``)."""
+        raise DataError(f"{type(self).__name__} holds one version of each sample")
 
     def holding(self, batch: torch.Tensor) -> ImageStore:
         """A store of this kind holding ``batch`` (loaded from a store like this

@@ -24,22 +24,32 @@ FORMAT = 1
 
 
 class FeatureStore(ImageStore):
-    """float32 embeddings (N, D) of images of ``image_size`` px, in dataset order."""
+    """float32 embeddings (N, D), or feature maps (N, C, h, w), of images of
+    ``image_size`` px, in dataset order; with ``views`` 8, those of the 8
+    dihedral transforms of every image, (N, 8, ...), view 0 the image itself."""
 
     kind = "features"
 
-    def __init__(self, features: torch.Tensor, image_size: int) -> None:
-        if features.ndim != 2 or not features.is_floating_point():
+    def __init__(self, features: torch.Tensor, image_size: int, views: int = 1) -> None:
+        if features.ndim < 2 + (views > 1) or not features.is_floating_point():
             raise DataError(
-                f"FeatureStore expects float embeddings of shape (N, D), got "
+                f"FeatureStore expects float embeddings (N, D) or feature maps "
+                f"(N, C, h, w), got "
                 f"{features.dtype} {tuple(features.shape)}"
+            )
+        if views > 1 and features.shape[1] != views:
+            raise DataError(
+                f"FeatureStore with {views} views expects (N, {views}, ...), got "
+                f"{tuple(features.shape)}"
             )
         self.features = features.float().contiguous()
         self.image_size = image_size
+        self.views = views
 
     @property
     def dim(self) -> int:
-        return int(self.features.shape[1])
+        """Channels (or embedding size) of one view."""
+        return int(self.features.shape[2 if self.views > 1 else 1])
 
     def load(self, indices: np.ndarray) -> torch.Tensor:
         return self.features[torch.from_numpy(np.asarray(indices, dtype=np.int64))]
@@ -52,10 +62,15 @@ class FeatureStore(ImageStore):
         return True
 
     def model_input(self, batch: torch.Tensor) -> torch.Tensor:
-        return batch.float()
+        """The unaugmented version (view 0: the identity) of each sample."""
+        return (batch[:, 0] if self.views > 1 else batch).float()
+
+    def pick_views(self, batch: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(batch.shape[0], device=batch.device)
+        return batch[rows, views.to(batch.device)].float()
 
     def holding(self, batch: torch.Tensor) -> ImageStore:
-        return FeatureStore(batch, self.image_size)
+        return FeatureStore(batch, self.image_size, self.views)
 
 
 def with_store(dataset: DomainDataset, store: ImageStore) -> DomainDataset:

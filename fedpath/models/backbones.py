@@ -9,6 +9,7 @@ encoder's stem and stages, pools to a feature vector ``z = h(x)`` and classifies
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -102,6 +103,19 @@ class FedModel(nn.Module):
 
     def forward(self, x: torch.Tensor, hook: FeatureHook | None = None) -> torch.Tensor:
         return self.classifier(self.encode(x, hook))
+
+    def trunk(self, x: torch.Tensor, stop: int) -> torch.Tensor:
+        """The feature map after the stem and ``encoder.stages[:stop]`` (float32):
+        what enters stage ``stop`` (the frozen part of ``train.trainable:
+        last_stages``)."""
+        enc = self.encoder
+        with contextlib.ExitStack() as scope:
+            if self.autocast is not None:
+                scope.enter_context(torch.autocast(x.device.type, dtype=self.autocast))
+            m = enc.stem(self.normalize(x))
+            for stage in list(enc.stages)[:stop]:
+                m = stage(m)
+        return m.float()
 
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Output of every encoder stage (for feature-level statistics; float32)."""

@@ -1,21 +1,25 @@
 """The frozen-feature fast path (``train.cache_features``): encode once, train heads.
 
-With a frozen encoder (``train.trainable: classifier``) and no pixel
-augmentation, a model's encoder computes the same embedding of an image in every
-round and at every client, so computing it again each epoch is wasted work.
-:func:`prepare_dataset` encodes every image once with the configured encoder (in
-eval mode: its BatchNorm statistics stay those it was trained with) and caches
-the embeddings on disk (:mod:`fedpath.data.features`); :class:`FeatureTask`
-then trains, evaluates and probes the linear classifier on them. The methods
-that only classify their inputs (``fedavg``, ``fedprox``, ``central_supervised``:
-``features=True`` at registration) run unchanged; those that transform pixels
-are refused. Only the classifier travels between clients and server, and
-``model.fpm`` is the full image model (the encoder and the trained classifier),
-so ``fedpath predict`` reads images as for any run.
+With a frozen encoder (``train.trainable: classifier``), or frozen first stages
+(``train.trainable: last_stages``), and no pixel augmentation, the frozen part
+computes the same output for an image in every round and at every client, so
+computing it again each epoch is wasted work. :func:`prepare_dataset` runs the
+frozen part once over every image (in eval mode: its BatchNorm statistics stay
+those it was trained with) and caches the result on disk
+(:mod:`fedpath.data.features`): the pooled embedding, or the feature maps that
+enter the first trained stage. :class:`FeatureTask` then trains, evaluates and
+probes the rest, a :class:`TailModel` (the trained stages, pooling and the
+classifier), on them. The methods that only classify their inputs (``fedavg``,
+``fedprox``, ``fedbn``, ``central_supervised``: ``features=True`` at
+registration) run unchanged; those that transform pixels are refused. Only the
+trained part travels between clients and server, and ``model.fpm`` is the full
+image model (the frozen part and the trained one), so ``fedpath predict`` reads
+images as for any run.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -26,42 +30,91 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fedpath.config import ConfigError, ExperimentConfig
-from fedpath.data.base import DomainDataset
+from fedpath.data.base import DomainDataset, Split
 from fedpath.data.features import FeatureStore, read_features, with_store
 from fedpath.models.backbones import FedModel
 from fedpath.models.pretrained import state_digest
-from fedpath.tasks.images import ImageTask
+from fedpath.tasks.base import EpochCallback
+from fedpath.tasks.finetune import DIHEDRAL, dihedral
+from fedpath.tasks.images import ImageTask, LossFn, fit_images
 from fedpath.utils.progress import Reporter
 
 #: subfolder of ``output_dir`` holding the cache when ``runtime.feature_cache`` is null
 CACHE_DIR = "feature_cache"
 
 
-class HeadModel(nn.Module):
-    """The trained part of a frozen-encoder model: its linear classifier ``g``.
+#: the most a cache may hold in memory (N x per-image floats x 4 bytes)
+MAX_CACHE_BYTES = 4 * 2**30
 
-    Its input is the embedding ``h(x)``; its state_dict entries
-    (``classifier.weight``, ``classifier.bias``) are those of the
-    :class:`FedModel` it completes.
+
+class _Stages(nn.Module):
+    """The trained encoder stages under their FedModel names (``stages.<i>``)."""
+
+    def __init__(self, stages: Mapping[str, nn.Module]) -> None:
+        super().__init__()
+        self.stages = nn.ModuleDict(dict(stages))
+
+
+class TailModel(nn.Module):
+    """The trained part of a model whose first encoder stages are frozen.
+
+    ``cut`` is the first trained stage: the input is the cached output of the
+    frozen stages (feature maps), run through ``encoder.stages[cut:]``, pooled
+    and classified; with ``cut`` equal to the number of stages (a frozen
+    encoder) the input is the pooled embedding and only the classifier is
+    left. Its state_dict entries (``encoder.stages.<i>.*``, ``classifier.*``)
+    are those of the :class:`FedModel` it completes, so the trained part is
+    loaded back into the full model by name.
     """
 
-    def __init__(self, feature_dim: int, num_classes: int) -> None:
+    def __init__(self, full: FedModel, cut: int) -> None:
         super().__init__()
-        self.classifier = nn.Linear(feature_dim, num_classes)
-        self.num_classes = num_classes
+        n = len(full.encoder.stages)
+        self.encoder = _Stages({str(i): full.encoder.stages[i] for i in range(cut, n)})
+        self.classifier = full.classifier
+        self.num_classes = full.num_classes
+        self.cut = cut
+        self.autocast = full.autocast
 
     @property
     def feature_dim(self) -> int:
         return int(self.classifier.in_features)
 
-    def encode(self, z: torch.Tensor) -> torch.Tensor:
-        return z
+    def encode(self, m: torch.Tensor) -> torch.Tensor:
+        """The pooled embedding ``h(x)`` from the frozen part's cached output."""
+        stages = list(self.encoder.stages.values())
+        if not stages:
+            return m
+        m = m.contiguous(memory_format=torch.channels_last)
+        if self.autocast is None:
+            for stage in stages:
+                m = stage(m)
+        else:
+            with torch.autocast(m.device.type, dtype=self.autocast):
+                for stage in stages:
+                    m = stage(m)
+        return torch.flatten(F.adaptive_avg_pool2d(m, 1), 1).float()
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.classifier(z)
+    def forward(self, m: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.encode(m))
+
+
+def cut_stage(cfg: ExperimentConfig, model: FedModel) -> int:
+    """The first trained encoder stage (``len(stages)``: only the classifier)."""
+    stages = getattr(model.encoder, "stages", None)
+    n = len(stages) if stages is not None else 0
+    if cfg.train.trainable == "classifier":
+        return n
+    if cfg.train.trainable_stages > n:
+        raise ConfigError(
+            f"config key 'train.trainable_stages': {cfg.train.trainable_stages} is "
+            f"more than the {n} stages of the encoder of {cfg.model.backbone!r}"
+        )
+    return n - cfg.train.trainable_stages
 
 
 def frozen_encoder(task: ImageTask) -> tuple[FedModel, str]:
@@ -87,10 +140,15 @@ def frozen_encoder(task: ImageTask) -> tuple[FedModel, str]:
     return model, digests[0]
 
 
-def cache_key(dataset: DomainDataset, encoder_digest: str, model: FedModel) -> str:
-    """What the embeddings depend on: the images, the encoder, its input."""
+def cache_key(
+    dataset: DomainDataset, encoder_digest: str, model: FedModel, cut: int, views: int
+) -> str:
+    """What the cached outputs depend on: the images, the encoder, its input,
+    where it is cut, how many views of each image."""
     parts = {
         "format": 1,
+        "cut": cut,
+        "views": views,
         "images": dataset.store.fingerprint(),
         "image_size": dataset.image_size,
         "encoder": encoder_digest,
@@ -133,13 +191,18 @@ def _encoded(
 ) -> DomainDataset:
     task = ImageTask(cfg, dataset)
     model, digest = frozen_encoder(task)
-    key = cache_key(dataset, digest, model)
+    cut = cut_stage(cfg, model)
+    views = DIHEDRAL if cfg.train.augment == "dihedral" else 1
+    key = cache_key(dataset, digest, model, cut, views)
     if key not in _ENCODED:
-        path = cache_dir(cfg) / f"{dataset.name}_{cfg.model.backbone}_{key[:16]}.h5"
+        where = "" if cut == len(model.encoder.stages) else f"_stage{cut}"
+        where += "_dihedral" if views > 1 else ""
+        name = f"{dataset.name}_{cfg.model.backbone}{where}_{key[:16]}.h5"
+        path = cache_dir(cfg) / name
         cached = read_features(path, key)
         if cached is None or cached.shape[0] != len(dataset.store):
             t0 = time.perf_counter()
-            cached = encode_all(task, model, dataset, reporter or Reporter())
+            cached = encode_all(task, model, dataset, cut, reporter or Reporter())
             from fedpath.data.features import write_features
 
             write_features(
@@ -151,6 +214,8 @@ def _encoded(
                     "backbone": cfg.model.backbone,
                     "encoder_sha256": digest,
                     "image_size": dataset.image_size,
+                    "first_trained_stage": cut,
+                    "views": views,
                     "seconds": time.perf_counter() - t0,
                 },
             )
@@ -159,74 +224,134 @@ def _encoded(
                 f"{time.perf_counter() - t0:.0f} s: {path}"
             )
         _ENCODED[key] = torch.from_numpy(cached)
-    return with_store(dataset, FeatureStore(_ENCODED[key], dataset.image_size))
+    store = FeatureStore(_ENCODED[key], dataset.image_size, views)
+    return with_store(dataset, store)
 
 
 @torch.no_grad()
 def encode_all(
-    task: ImageTask, model: FedModel, dataset: DomainDataset, reporter: Reporter
+    task: ImageTask,
+    model: FedModel,
+    dataset: DomainDataset,
+    cut: int,
+    reporter: Reporter,
 ) -> np.ndarray:
-    """Embeddings (N, D) float32 of every image of ``dataset`` in store order, by
-    the encoder in eval mode (as :func:`~fedpath.tasks.images.encode_images`)."""
+    """The frozen part's output for every image of ``dataset`` in store order,
+    float32, in eval mode: the embeddings (N, D) when the whole encoder is
+    frozen (as :func:`~fedpath.tasks.images.encode_images`), else the feature
+    maps (N, C, h, w) that enter stage ``cut``."""
     store = dataset.store
     n, bs = len(store), task.train.eval_batch_size
     model.to(task.device).eval()
-    reporter.start_job(
-        "encode", f"{dataset.name}: {task.cfg.model.backbone} features", n
+    whole = cut == len(model.encoder.stages)
+
+    views = DIHEDRAL if task.cfg.train.augment == "dihedral" else 1
+
+    def frozen_part(idx: np.ndarray) -> np.ndarray:
+        x = store.model_input(store.load(idx).to(task.device))
+        outs = []
+        for k in range(views):
+            xk = dihedral(x, k) if views > 1 else x
+            out = model.encode(xk).flatten(1) if whole else model.trunk(xk, cut)
+            outs.append(out.float().cpu().numpy())
+        return np.stack(outs, axis=1) if views > 1 else outs[0]
+
+    if n:
+        per_image = frozen_part(np.arange(1)).nbytes
+        if per_image * n > MAX_CACHE_BYTES:
+            raise ConfigError(
+                f"config key 'train.trainable_stages': caching what enters stage "
+                f"{cut} of {task.cfg.model.backbone!r} would hold {n} x "
+                f"{per_image // 4} floats ({per_image * n / 2**30:.1f} GiB, more "
+                f"than {MAX_CACHE_BYTES / 2**30:.0f}); train fewer stages or set "
+                "train.cache_features: false"
+            )
+    what = ("features" if whole else f"stage-{cut} input maps") + (
+        f" x {views} views" if views > 1 else ""
     )
+    reporter.start_job("encode", f"{dataset.name}: {task.cfg.model.backbone} {what}", n)
     chunks = []
     for start in range(0, n, bs):
         idx = np.arange(start, min(n, start + bs), dtype=np.int64)
-        x = store.model_input(store.load(idx).to(task.device))
-        chunks.append(model.encode(x).flatten(1).float().cpu().numpy())
+        chunks.append(frozen_part(idx))
         reporter.advance_job(len(idx))
-    dim = model.feature_dim
-    return np.concatenate(chunks) if chunks else np.zeros((0, dim), np.float32)
+    return (
+        np.concatenate(chunks)
+        if chunks
+        else np.zeros((0, model.feature_dim), np.float32)
+    )
 
 
 class FeatureTask(ImageTask):
-    """Train and judge the linear classifier of a frozen encoder on its cached
-    embeddings (the image task's loop, on embeddings instead of pixels)."""
+    """Train and judge the trained part of a partly frozen model on the cached
+    output of its frozen part (the image task's loop, on cached tensors instead
+    of pixels)."""
 
     kind: ClassVar[str] = FeatureStore.kind
 
     def __init__(self, cfg: ExperimentConfig, dataset: DomainDataset) -> None:
         super().__init__(cfg, dataset)
         assert isinstance(dataset.store, FeatureStore)
-        self.feature_dim = dataset.store.dim
-        # the loop trains all there is: the classifier (the encoder stayed behind)
-        self.train = dataclasses.replace(
+        # the frozen part's weights: built once (pretrained: the same every time)
+        self.template, _ = frozen_encoder(self)
+        self.cut = cut_stage(cfg, self.template)
+        self._tail = TailModel(self.template, self.cut)
+        # the loop trains all there is (the frozen part stayed behind); self.train
+        # stays the run's, so algorithms see what the user configured
+        self.loop_train = dataclasses.replace(
             cfg.train, trainable="all", cache_features=False
         )
 
-    def build_model(self, name: str | None = None) -> HeadModel:  # type: ignore[override]
+    def build_model(self, name: str | None = None) -> TailModel:  # type: ignore[override]
         if name is not None and name != self.cfg.model.backbone:
             raise ConfigError(
-                f"train.cache_features trains the classifier of "
+                f"train.cache_features trains the last part of "
                 f"{self.cfg.model.backbone!r}; another architecture ({name!r}) has "
                 "other features"
             )
-        return HeadModel(self.feature_dim, self.num_classes)
+        return copy.deepcopy(self._tail)
 
-    def initial_model(self) -> HeadModel:
-        """The classifier the pixel path would start from: the full model is
-        drawn from the same RNG and its classifier kept, so a run on cached
-        features repeats the frozen-encoder run on pixels (up to float noise)."""
-        full = ImageTask.build_model(self)
-        head = self.build_model()
-        head.classifier.load_state_dict(full.classifier.state_dict())
-        return head
+    def initial_model(self) -> TailModel:
+        """The start the pixel path would have: the full model is drawn from
+        the same RNG and its trained part kept, so a run on cached outputs
+        repeats the partly frozen run on pixels (up to float rounding)."""
+        return TailModel(ImageTask.build_model(self), self.cut)
 
-    def full_model(self, head: nn.Module) -> FedModel:
-        """The image model that ``head`` completes: the frozen encoder + ``head``."""
-        model, _ = frozen_encoder(self)
-        model.classifier.load_state_dict(
-            {k.removeprefix("classifier."): v for k, v in head.state_dict().items()}
+    def fit(
+        self,
+        model: nn.Module,
+        data: Split,
+        loss_fn: LossFn,
+        *,
+        round_idx: int,
+        seed: int,
+        on_epoch: EpochCallback | None = None,
+        opt_params: Any = None,
+    ) -> dict[str, float]:
+        return fit_images(
+            model,
+            data,
+            loss_fn,
+            self.loop_train,
+            round_idx=round_idx,
+            seed=seed,
+            device=self.device,
+            on_epoch=on_epoch,
+            opt_params=opt_params,
         )
+
+    def full_model(self, tail: nn.Module) -> FedModel:
+        """The image model that ``tail`` completes: the frozen part + ``tail``."""
+        model = copy.deepcopy(self.template)
+        own = model.state_dict()
+        unknown = sorted(set(tail.state_dict()) - set(own))
+        if unknown:
+            raise ValueError(f"entries the full model lacks: {unknown[:5]}")
+        model.load_state_dict({**own, **tail.state_dict()})
         return model
 
     def export(
         self, path: Path, model: nn.Module, provenance: Mapping[str, Any]
     ) -> bool:
-        """``model.fpm`` of the full image model (encoder + trained classifier)."""
+        """``model.fpm`` of the full image model (frozen part + trained part)."""
         return super().export(path, self.full_model(model), provenance)

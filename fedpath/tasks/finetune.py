@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from fedpath.config import ConfigError, TrainConfig
+from fedpath.data.base import ImageStore
 from fedpath.models.backbones import Encoder
 
 
@@ -79,6 +80,39 @@ def set_train_mode(model: nn.Module, cfg: TrainConfig) -> None:
             m.eval()
 
 
+#: the symmetries of the square: 4 rotations, each with and without a flip
+DIHEDRAL = 8
+
+
+def dihedral(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Symmetry ``k`` in [0, 8) of images (..., H, W): a horizontal flip when
+    ``k >= 4``, then ``k % 4`` quarter turns."""
+    if k >= 4:
+        x = x.flip(-1)
+    return torch.rot90(x, k % 4, dims=(-2, -1))
+
+
+def train_input(
+    store: ImageStore, batch: torch.Tensor, kind: str, generator: torch.Generator
+) -> torch.Tensor:
+    """A training batch as the model takes it, with ``train.augment``.
+
+    A store that holds the 8 dihedral views of every image (cached features of
+    ``augment: dihedral``) picks one view per image with the same draw that
+    :func:`augment_batch` makes, so training on the cached views is training on
+    the transformed pixels.
+    """
+    if store.views > 1:
+        if kind != "dihedral":
+            raise ConfigError(
+                f"config key 'train.augment': {kind!r} on cached dihedral views; "
+                "expected 'dihedral'"
+            )
+        t = torch.randint(0, store.views, (batch.shape[0],), generator=generator)
+        return store.pick_views(batch, t)
+    return augment_batch(store.model_input(batch), kind, generator)
+
+
 def augment_batch(
     x: torch.Tensor, kind: str, generator: torch.Generator
 ) -> torch.Tensor:
@@ -91,16 +125,12 @@ def augment_batch(
     if kind == "none":
         return x
     n = x.shape[0]
-    t = torch.randint(0, 8, (n,), generator=generator).tolist()
+    t = torch.randint(0, DIHEDRAL, (n,), generator=generator).tolist()
     out = torch.empty_like(x)
-    for k in range(8):
+    for k in range(DIHEDRAL):
         idx = [i for i, v in enumerate(t) if v == k]
-        if not idx:
-            continue
-        part = x[idx]
-        if k >= 4:
-            part = part.flip(-1)
-        out[idx] = torch.rot90(part, k % 4, dims=(-2, -1))
+        if idx:
+            out[idx] = dihedral(x[idx], k)
     if kind == "dihedral_jitter":
         f = 0.9 + 0.2 * torch.rand((3, n, 1, 1, 1), generator=generator)
         f = f.to(x)

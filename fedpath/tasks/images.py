@@ -24,10 +24,10 @@ from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params
 from fedpath.tasks.base import EpochCallback, Task, make_optimizer, schedule, step
 from fedpath.tasks.finetune import (
-    augment_batch,
     augment_generator,
     param_groups,
     set_train_mode,
+    train_input,
 )
 
 #: ``loss(model, images in [0, 1], labels) -> {"loss": tensor, **scalars}``
@@ -73,9 +73,12 @@ def fit_images(
                 continue
             at = ((round_idx - 1) * cfg.local_epochs + epoch) * steps_per_epoch + i
             schedule(opt, cfg, at / max(1, total_steps - 1))
-            x = data.store.model_input(xb.to(device, non_blocking=True))
-            if gen is not None:
-                x = augment_batch(x, cfg.augment, gen)
+            xb = xb.to(device, non_blocking=True)
+            x = (
+                data.store.model_input(xb)
+                if gen is None
+                else train_input(data.store, xb, cfg.augment, gen)
+            )
             y = yb.to(device, non_blocking=True)
             out = loss_fn(model, x, y)
             loss = out["loss"]

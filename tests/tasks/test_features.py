@@ -156,7 +156,7 @@ def test_one_local_fit_on_features_equals_the_frozen_encoder_fit(
     frozen = dataclasses.replace(cfg.train, cache_features=False)
     kw = {"round_idx": 1, "seed": 7, "device": torch.device("cpu")}
     fit_images(full, split_px, ce, frozen, **kw)
-    fit_images(head, split_f, ce, task.train, **kw)
+    fit_images(head, split_f, ce, task.loop_train, **kw)
     torch.testing.assert_close(
         full.classifier.weight, head.classifier.weight, atol=1e-5, rtol=1e-4
     )
@@ -166,14 +166,34 @@ def test_one_local_fit_on_features_equals_the_frozen_encoder_fit(
 _FIELDS = ("indices", "labels", "domains", "slides")
 
 
-def test_a_cached_run_repeats_the_frozen_encoder_run_on_pixels(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("algorithm", "trainable", "augment"),
+    [
+        ("fedavg", "classifier", "none"),
+        ("fedavg", "last_stages", "none"),
+        ("fedbn", "last_stages", "none"),
+        ("fedavg", "classifier", "dihedral"),
+        ("fedprox", "last_stages", "dihedral"),
+    ],
+)
+def test_a_cached_run_repeats_the_partly_frozen_run_on_pixels(
+    tmp_path: Path, algorithm: str, trainable: str, augment: str
 ) -> None:
-    """Same start (the initial classifier is drawn as the pixel path draws it),
-    same shuffles, same model: FedAvg on cached features ends where FedAvg on
-    pixels with the encoder frozen ends, in a fraction of the time."""
+    """Same start (the trained part is drawn as the pixel path draws it), same
+    shuffles, same model: a run on the cached output of the frozen part (the
+    embedding, or the maps entering the last stage) ends where the same run on
+    pixels ends, frozen part untouched."""
     w = _weights(tmp_path)
-    cached = _cfg(tmp_path, "train.rounds=3", "train.lr=0.01", weights=w)
+    cached = _cfg(
+        tmp_path,
+        "train.rounds=3",
+        "train.lr=0.01",
+        f"train.trainable={trainable}",
+        f"train.augment={augment}",
+        f"algorithm.name={algorithm}",
+        "algorithm.params={}",
+        weights=w,
+    )
     pixels = dataclasses.replace(
         cached,
         name="pixels",
@@ -182,14 +202,77 @@ def test_a_cached_run_repeats_the_frozen_encoder_run_on_pixels(
     a, b = run_experiment(cached)[0], run_experiment(pixels)[0]
     fa = load_model(next((tmp_path / cached.name).rglob("model.fpm")))
     fb = load_model(next((tmp_path / "pixels").rglob("model.fpm")))
-    torch.testing.assert_close(
-        fa.model.classifier.weight, fb.model.classifier.weight, atol=1e-5, rtol=1e-4
-    )
-    for k, v in fb.model.encoder.state_dict().items():  # the encoder never moved
-        torch.testing.assert_close(fa.model.encoder.state_dict()[k], v)
+    start = build_model(cached.model, 3).state_dict()
+    trained = "encoder.stages.1." if trainable == "last_stages" else "classifier."
+    moved = set()
+    for k, v in fb.model.state_dict().items():
+        torch.testing.assert_close(fa.model.state_dict()[k], v, atol=1e-5, rtol=1e-4)
+        if k.startswith("encoder.") and not torch.equal(v, start[k]):
+            moved.add(k)
+    # the frozen part never moved; with last_stages the last stage did
+    assert all(k.startswith(trained) for k in moved)
+    assert bool(moved) == (trainable == "last_stages")
     assert a["evaluation"]["target"]["accuracy"] == pytest.approx(
         b["evaluation"]["target"]["accuracy"]
     )
+
+
+def test_the_tail_holds_the_trained_stages_under_their_full_model_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _cfg(tmp_path, "train.trainable=last_stages")
+    images = load_dataset(cfg.data)
+    maps = prepare_dataset(cfg, images)
+    task = make_task(cfg, maps)
+    assert isinstance(task, FeatureTask) and task.cut == 1
+    full = build_model(cfg.model, images.num_classes).eval()
+    x = images.store.load(np.arange(4)).float() / 255
+    with torch.no_grad():
+        want = full.encoder.stages[0](full.encoder.stem(full.normalize(x)))
+        np.testing.assert_allclose(maps.store.load(np.arange(4)), want, atol=1e-5)
+        tail = task.build_model()
+        tail.load_state_dict(
+            {k: v for k, v in full.state_dict().items() if k in tail.state_dict()}
+        )
+        tail.eval()
+        torch.testing.assert_close(tail(want), full(x), atol=1e-5, rtol=1e-4)
+    names = set(tail.state_dict())
+    assert names == {
+        k
+        for k in full.state_dict()
+        if k.startswith(("encoder.stages.1.", "classifier."))
+    }
+    # caching maps too big for memory is refused before encoding
+    feature_path._ENCODED.clear()
+    feature_path._PREPARED.clear()
+    monkeypatch.setattr(feature_path, "MAX_CACHE_BYTES", 1000)
+    with pytest.raises(ConfigError, match=r"train\.trainable_stages.*GiB"):
+        prepare_dataset(
+            dataclasses.replace(cfg, output_dir=str(tmp_path / "o")), images
+        )
+
+
+def test_dihedral_views_are_the_frozen_part_of_the_turned_images(
+    tmp_path: Path,
+) -> None:
+    from fedpath.tasks.finetune import dihedral
+
+    cfg = _cfg(tmp_path, "train.augment=dihedral")
+    images = load_dataset(cfg.data)
+    store = prepare_dataset(cfg, images).store
+    assert store.views == 8 and store.features.shape[:2] == (len(images.store), 8)
+    full = build_model(cfg.model, images.num_classes).eval()
+    x = images.store.load(np.arange(3)).float() / 255
+    with torch.no_grad():
+        for k in (0, 3, 5):
+            np.testing.assert_allclose(
+                store.features[:3, k], full.encode(dihedral(x, k)), atol=1e-5
+            )
+    batch = store.load(np.arange(3))
+    torch.testing.assert_close(store.model_input(batch), store.features[:3, 0])
+    picked = store.pick_views(batch, torch.tensor([7, 0, 2]))
+    torch.testing.assert_close(picked[0], store.features[0, 7])
+    torch.testing.assert_close(picked[2], store.features[2, 2])
 
 
 def test_pooled_and_proximal_methods_run_on_features(tmp_path: Path) -> None:
@@ -227,10 +310,12 @@ def test_cache_key_follows_the_images_and_the_encoder(tmp_path: Path) -> None:
 
 def test_bad_input_names_the_option(tmp_path: Path) -> None:
     w = _weights(tmp_path)
-    with pytest.raises(ConfigError, match=r"train\.trainable.*'classifier'"):
+    with pytest.raises(ConfigError, match=r"train\.trainable.*'last_stages'"):
         TrainConfig(cache_features=True)
-    with pytest.raises(ConfigError, match=r"train\.augment.*'none'"):
-        TrainConfig(cache_features=True, trainable="classifier", augment="dihedral")
+    with pytest.raises(ConfigError, match=r"train\.augment.*'none' or 'dihedral'"):
+        TrainConfig(
+            cache_features=True, trainable="classifier", augment="dihedral_jitter"
+        )
     # a method that transforms pixels cannot train on embeddings
     cfg = _cfg(tmp_path, "algorithm.name=fedstain", "algorithm.params={}", weights=w)
     feats = prepare_dataset(cfg, load_dataset(cfg.data))

@@ -165,7 +165,7 @@ def cache_dir(cfg: ExperimentConfig) -> Path:
 
 #: embeddings encoded by this process, by cache key (a suite's methods share them)
 _ENCODED: dict[str, torch.Tensor] = {}
-#: (dataset, encoder config) -> (dataset, prepared dataset), the last few
+#: (dataset, what the cache depends on) -> (dataset, prepared dataset), the last few
 _PREPARED: dict[tuple[int, str], tuple[DomainDataset, DomainDataset]] = {}
 _KEPT = 2
 
@@ -178,7 +178,9 @@ def prepare_dataset(
     the same images were encoded by the same encoder before)."""
     if not cfg.train.cache_features or dataset.kind == FeatureStore.kind:
         return dataset
-    memo = (id(dataset), repr((cfg.model, cache_dir(cfg))))
+    t = cfg.train
+    what = (cfg.model, t.trainable, t.trainable_stages, t.augment, cfg.runtime)
+    memo = (id(dataset), repr((what, cache_dir(cfg))))
     if memo not in _PREPARED:
         while len(_PREPARED) >= _KEPT:
             del _PREPARED[next(iter(_PREPARED))]

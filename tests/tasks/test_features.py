@@ -294,6 +294,12 @@ def test_cache_key_follows_the_images_and_the_encoder(tmp_path: Path) -> None:
     assert len(list((tmp_path / "feature_cache").glob("*.h5"))) == 2
     # same config and dataset: the same prepared dataset, not a second encoding
     assert prepare_dataset(a, ds) is fa
+    # another cut or augmentation of the same encoder is another cache
+    turned = a.replace(**{"train.augment": "dihedral"})
+    staged = a.replace(**{"train.trainable": "last_stages"})
+    assert prepare_dataset(turned, ds).store.views == 8
+    assert prepare_dataset(staged, ds).store.features.ndim == 4
+    assert prepare_dataset(a, ds).store.features.ndim == 2
     # the images' fingerprint follows their pixels...
     imgs = ds.store.load(np.arange(4)).clone()
     before = TensorStore(imgs).fingerprint()

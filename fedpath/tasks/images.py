@@ -136,6 +136,9 @@ class ImageTask(Task):
     def __init__(self, cfg: ExperimentConfig, dataset: DomainDataset) -> None:
         super().__init__(cfg, dataset)
         self.image_size = dataset.image_size
+        #: the train config of the local loop (the run's ``train``; the
+        #: frozen-feature task trains all of what it is left with)
+        self.loop_train = self.train
 
     def images(self) -> ImageTask:
         return self
@@ -162,12 +165,12 @@ class ImageTask(Task):
         on_epoch: EpochCallback | None = None,
         opt_params: Any = None,
     ) -> dict[str, float]:
-        """:func:`fit_images` with this run's ``train`` config and device."""
+        """:func:`fit_images` with this run's loop config and device."""
         return fit_images(
             model,
             data,
             loss_fn,
-            self.train,
+            self.loop_train,
             round_idx=round_idx,
             seed=seed,
             device=self.device,

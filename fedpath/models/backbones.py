@@ -95,10 +95,10 @@ class FedModel(nn.Module):
 
     def encode(self, x: torch.Tensor, hook: FeatureHook | None = None) -> torch.Tensor:
         """z = h(x) for images x in [0, 1] (float32, also under :attr:`autocast`)."""
-        if self.autocast is None:
-            return self.encoder(self.normalize(x), hook)
-        with torch.autocast(x.device.type, dtype=self.autocast):
-            z = self.encoder(self.normalize(x), _float32(hook))
+        if self.autocast is not None:
+            hook = _float32(hook)
+        with autocast_scope(x, self.autocast):
+            z = self.encoder(self.normalize(x), hook)
         return z.float()
 
     def forward(self, x: torch.Tensor, hook: FeatureHook | None = None) -> torch.Tensor:
@@ -109,9 +109,7 @@ class FedModel(nn.Module):
         what enters stage ``stop`` (the frozen part of ``train.trainable:
         last_stages``)."""
         enc = self.encoder
-        with contextlib.ExitStack() as scope:
-            if self.autocast is not None:
-                scope.enter_context(torch.autocast(x.device.type, dtype=self.autocast))
+        with autocast_scope(x, self.autocast):
             m = enc.stem(self.normalize(x))
             for stage in list(enc.stages)[:stop]:
                 m = stage(m)
@@ -120,12 +118,19 @@ class FedModel(nn.Module):
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Output of every encoder stage (for feature-level statistics; float32)."""
         maps: list[torch.Tensor] = []
-        if self.autocast is None:
-            self.encoder(self.normalize(x), None, maps)
-            return maps
-        with torch.autocast(x.device.type, dtype=self.autocast):
+        with autocast_scope(x, self.autocast):
             self.encoder(self.normalize(x), None, maps)
         return [m.float() for m in maps]
+
+
+def autocast_scope(
+    x: torch.Tensor, dtype: torch.dtype | None
+) -> contextlib.AbstractContextManager[object]:
+    """Autocast to ``dtype`` on ``x``'s device (``runtime.precision``); nothing
+    when ``dtype`` is None (float32)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(x.device.type, dtype=dtype)
 
 
 def _float32(hook: FeatureHook | None) -> FeatureHook | None:

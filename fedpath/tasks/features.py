@@ -34,13 +34,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedpath.config import ConfigError, ExperimentConfig
-from fedpath.data.base import DomainDataset, Split
-from fedpath.data.features import FeatureStore, read_features, with_store
-from fedpath.models.backbones import FedModel
+from fedpath.data.base import DomainDataset
+from fedpath.data.features import (
+    FeatureStore,
+    read_features,
+    with_store,
+    write_features,
+)
+from fedpath.models.backbones import FedModel, autocast_scope
 from fedpath.models.pretrained import state_digest
-from fedpath.tasks.base import EpochCallback
 from fedpath.tasks.finetune import DIHEDRAL, dihedral
-from fedpath.tasks.images import ImageTask, LossFn, fit_images
+from fedpath.tasks.images import ImageTask
 from fedpath.utils.progress import Reporter
 
 #: subfolder of ``output_dir`` holding the cache when ``runtime.feature_cache`` is null
@@ -90,13 +94,9 @@ class TailModel(nn.Module):
         if not stages:
             return m
         m = m.contiguous(memory_format=torch.channels_last)
-        if self.autocast is None:
+        with autocast_scope(m, self.autocast):
             for stage in stages:
                 m = stage(m)
-        else:
-            with torch.autocast(m.device.type, dtype=self.autocast):
-                for stage in stages:
-                    m = stage(m)
         return torch.flatten(F.adaptive_avg_pool2d(m, 1), 1).float()
 
     def forward(self, m: torch.Tensor) -> torch.Tensor:
@@ -105,8 +105,7 @@ class TailModel(nn.Module):
 
 def cut_stage(cfg: ExperimentConfig, model: FedModel) -> int:
     """The first trained encoder stage (``len(stages)``: only the classifier)."""
-    stages = getattr(model.encoder, "stages", None)
-    n = len(stages) if stages is not None else 0
+    n = len(model.encoder.stages)
     if cfg.train.trainable == "classifier":
         return n
     if cfg.train.trainable_stages > n:
@@ -195,6 +194,7 @@ def _encoded(
     model, digest = frozen_encoder(task)
     cut = cut_stage(cfg, model)
     views = DIHEDRAL if cfg.train.augment == "dihedral" else 1
+    reporter = reporter or Reporter()
     key = cache_key(dataset, digest, model, cut, views)
     if key not in _ENCODED:
         where = "" if cut == len(model.encoder.stages) else f"_stage{cut}"
@@ -204,9 +204,7 @@ def _encoded(
         cached = read_features(path, key)
         if cached is None or cached.shape[0] != len(dataset.store):
             t0 = time.perf_counter()
-            cached = encode_all(task, model, dataset, cut, reporter or Reporter())
-            from fedpath.data.features import write_features
-
+            cached = encode_all(task, model, dataset, cut, views, reporter)
             write_features(
                 path,
                 key,
@@ -221,7 +219,7 @@ def _encoded(
                     "seconds": time.perf_counter() - t0,
                 },
             )
-            (reporter or Reporter()).log(
+            reporter.log(
                 f"encoded {len(cached)} images with {cfg.model.backbone} in "
                 f"{time.perf_counter() - t0:.0f} s: {path}"
             )
@@ -236,18 +234,18 @@ def encode_all(
     model: FedModel,
     dataset: DomainDataset,
     cut: int,
+    views: int,
     reporter: Reporter,
 ) -> np.ndarray:
     """The frozen part's output for every image of ``dataset`` in store order,
     float32, in eval mode: the embeddings (N, D) when the whole encoder is
     frozen (as :func:`~fedpath.tasks.images.encode_images`), else the feature
-    maps (N, C, h, w) that enter stage ``cut``."""
+    maps (N, C, h, w) that enter stage ``cut``; with ``views`` 8, those of the
+    8 dihedral views of each image, (N, 8, ...)."""
     store = dataset.store
     n, bs = len(store), task.train.eval_batch_size
     model.to(task.device).eval()
     whole = cut == len(model.encoder.stages)
-
-    views = DIHEDRAL if task.cfg.train.augment == "dihedral" else 1
 
     def frozen_part(idx: np.ndarray) -> np.ndarray:
         x = store.model_input(store.load(idx).to(task.device))
@@ -294,8 +292,10 @@ class FeatureTask(ImageTask):
     def __init__(self, cfg: ExperimentConfig, dataset: DomainDataset) -> None:
         super().__init__(cfg, dataset)
         assert isinstance(dataset.store, FeatureStore)
-        # the frozen part's weights: built once (pretrained: the same every time)
-        self.template, _ = frozen_encoder(self)
+        # the frozen part's weights, built once; prepare_dataset checked that
+        # they do not depend on the seed (the caller's RNG is left untouched)
+        with torch.random.fork_rng(devices=[]):
+            self.template = ImageTask.build_model(self)
         self.cut = cut_stage(cfg, self.template)
         self._tail = TailModel(self.template, self.cut)
         # the loop trains all there is (the frozen part stayed behind); self.train
@@ -318,29 +318,6 @@ class FeatureTask(ImageTask):
         the same RNG and its trained part kept, so a run on cached outputs
         repeats the partly frozen run on pixels (up to float rounding)."""
         return TailModel(ImageTask.build_model(self), self.cut)
-
-    def fit(
-        self,
-        model: nn.Module,
-        data: Split,
-        loss_fn: LossFn,
-        *,
-        round_idx: int,
-        seed: int,
-        on_epoch: EpochCallback | None = None,
-        opt_params: Any = None,
-    ) -> dict[str, float]:
-        return fit_images(
-            model,
-            data,
-            loss_fn,
-            self.loop_train,
-            round_idx=round_idx,
-            seed=seed,
-            device=self.device,
-            on_epoch=on_epoch,
-            opt_params=opt_params,
-        )
 
     def full_model(self, tail: nn.Module) -> FedModel:
         """The image model that ``tail`` completes: the frozen part + ``tail``."""

@@ -6,8 +6,20 @@ import os
 import resource
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+
+def amibr_root(data: str | None, hint: str = "") -> str:
+    """The AMi-Br folder given by --data or FEDPATH_AMIBR; exits naming both
+    when it holds no manifest.csv."""
+    if not data or not (Path(data) / "manifest.csv").is_file():
+        raise SystemExit(
+            "AMi-Br not found: pass --data DIR or set FEDPATH_AMIBR to the folder "
+            f"holding manifest.csv and patches/{hint}"
+        )
+    return data
 
 
 def setup_threads() -> int:

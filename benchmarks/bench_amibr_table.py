@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from _common import amibr_root
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
@@ -93,11 +94,7 @@ def main() -> None:
     )
     ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
     args = ap.parse_args()
-    if not args.data or not (Path(args.data) / "manifest.csv").is_file():
-        raise SystemExit(
-            "AMi-Br not found: pass --data DIR or set FEDPATH_AMIBR to the folder "
-            "holding manifest.csv and patches/ (see configs/amibr/lite0.yaml)"
-        )
+    args.data = amibr_root(args.data, " (see configs/amibr/lite0.yaml)")
     suite = Path(f"configs/amibr/{args.backbone}_methods.yaml")
     base = Path(f"configs/amibr/{args.backbone}.yaml")
     if args.methods is None:

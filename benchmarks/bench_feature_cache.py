@@ -25,6 +25,8 @@ import statistics
 import time
 from pathlib import Path
 
+from _common import amibr_root
+
 from fedpath.config import load_config
 from fedpath.runtime.experiment import load_dataset, run_experiment
 from fedpath.tasks import features as feature_path
@@ -52,11 +54,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4, help="rounds of each path (>= 2)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_feature_cache"))
     args = ap.parse_args()
-    if not args.data or not (Path(args.data) / "manifest.csv").is_file():
-        raise SystemExit(
-            "AMi-Br not found: pass --data DIR or set FEDPATH_AMIBR to the folder "
-            "holding manifest.csv and patches/"
-        )
+    args.data = amibr_root(args.data)
     shutil.rmtree(args.out, ignore_errors=True)
     over = [
         f"data.root={args.data}",

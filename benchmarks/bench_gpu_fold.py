@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from _common import amibr_root
 
 from fedpath.cli import main as fedpath_main
 
@@ -45,11 +46,7 @@ def main() -> None:
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--out", type=Path, default=Path("runs/gpu_fold"))
     args = ap.parse_args()
-    if not args.data or not (Path(args.data) / "manifest.csv").is_file():
-        raise SystemExit(
-            "AMi-Br not found: pass --data DIR or set FEDPATH_AMIBR to the folder "
-            "holding manifest.csv and patches/"
-        )
+    args.data = amibr_root(args.data)
     gpu = args.device.startswith("cuda")
     if gpu and not torch.cuda.is_available():
         raise SystemExit(

@@ -35,16 +35,13 @@ import torch
 
 from fedpath import __version__
 from fedpath.config import ModelConfig
+from fedpath.errors import ArtifactError
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.utils.io import atomic_write_bytes
 
 MAGIC = b"FEDPATH-MODEL\n"
 FORMAT = 1
 SUFFIX = ".fpm"
-
-
-class ArtifactError(ValueError):
-    """An unreadable, corrupted or incompatible model file (the message names it)."""
 
 
 @dataclass

@@ -17,13 +17,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from fedpath.errors import DataError
 from fedpath.registry import DATASETS  # noqa: F401  (its home for users)
 
 Part = Literal["train", "test", "all"]
-
-
-class DataError(ValueError):
-    """Bad or inconsistent data; the message names the file/field/domain involved."""
 
 
 class ImageStore(ABC):

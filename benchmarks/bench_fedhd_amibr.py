@@ -1,7 +1,7 @@
 """FedHD on real slide bags: AMi-Br crops grouped by slide, one hospital per scanner.
 
-Builds bags from ``../shared/data/amibr`` (FedHD issue, item 13) and runs the
-FedHD suite on them:
+Builds bags from the AMi-Br crops (``--data DIR`` or ``FEDPATH_AMIBR``) and runs
+the FedHD suite on them:
 
 1. every crop of a slide is one instance of that slide's bag; the bag label is
    ``atypical`` when the slide has at least one atypical mitotic figure; the
@@ -19,19 +19,20 @@ FedHD suite on them:
    FedHD and pooled training on them, seeds 0-2, and prints the clients x methods
    tables (balanced accuracy, AUROC).
 
-    python benchmarks/bench_fedhd_amibr.py [--bags runs/amibr_bags] [--epochs 6]
+    python benchmarks/bench_fedhd_amibr.py --data /path/to/amibr [--bags DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
-from _common import setup_threads
+from _common import amibr_root, setup_threads
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import ModelConfig, load_config
@@ -40,16 +41,15 @@ from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks.images import encode_images, fit_images
 
-AMIBR = Path(__file__).resolve().parents[2] / "shared" / "data" / "amibr"
 TEST_FRACTION, SPLIT_SEED = 0.3, 0
 
 
-def build_bags(out: Path, epochs: int) -> None:
+def build_bags(amibr: str, out: Path, epochs: int) -> None:
     cfg = load_config(
         None,
         [
             "data.name=manifest",
-            f"data.root={AMIBR}",
+            f"data.root={amibr}",
             "data.params={path: manifest.csv, image_size: 64, "
             "classes: [normal, atypical], test_fraction: 0}",
             "train.batch_size=64",
@@ -117,16 +117,16 @@ def build_bags(out: Path, epochs: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", default=os.environ.get("FEDPATH_AMIBR"))
     ap.add_argument("--bags", type=Path, default=Path("runs/amibr_bags"))
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("overrides", nargs="*", default=["seeds=[0,1,2]"])
     args = ap.parse_args()
-    if not (AMIBR / "manifest.csv").is_file():
-        raise SystemExit(f"AMi-Br not found at {AMIBR}")
+    amibr = amibr_root(args.data)
     setup_threads()
     if not (args.bags / "slides.csv").is_file():
-        build_bags(args.bags, args.epochs)
+        build_bags(amibr, args.bags, args.epochs)
     with tempfile.TemporaryDirectory() as tmp:
         code = fedpath_main(
             [

@@ -4,7 +4,7 @@ Rows: a few H&E patches. Columns: original, RandStain (LAB, mean/std + shape),
 higher-order only (skewness/kurtosis of a pool entry, mean/std kept), MixStyle
 sound mode, MixStyle paper mode (literal Alg. 1), geometric AugMix.
 
-Images come from ``/work/shared/data/amibr/patches/*/*.png`` (real 128x128 crops)
+Images come from ``$FEDPATH_AMIBR/patches/*/*.png`` (real 128x128 AMi-Br crops)
 when that folder exists, else from the synthetic renderer. The statistics pool is
 built from *other* patches than the displayed rows, as a client would receive it.
 
@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +34,7 @@ from fedpath.stain import (
 )
 from fedpath.stain.color import from_space
 
-PATCH_ROOT = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "amibr" / "patches"
-)
+PATCH_ROOT = Path(os.environ.get("FEDPATH_AMIBR", "amibr-not-set")) / "patches"
 COLUMNS = (
     "original",
     "RandStain",

@@ -2,6 +2,10 @@
 
 Every subcommand is reachable through :func:`main` (``main(argv) -> exit code``), so
 the tests drive the real command line in-process.
+
+Building the parser imports no PyTorch (``--help``, ``--version`` and ``list``
+answer in well under a second): the subcommands' modules are imported when one
+runs, and ``list`` reads :mod:`fedpath.catalog`. A test keeps it that way.
 """
 
 from __future__ import annotations
@@ -14,21 +18,8 @@ from pathlib import Path
 from rich.console import Console
 
 from fedpath import __version__
-from fedpath.artifact import ArtifactError
-from fedpath.commands import (
-    _cmd_data,
-    _cmd_demo,
-    _cmd_evaluate,
-    _cmd_list,
-    _cmd_predict,
-    _cmd_run,
-    _cmd_stain_report,
-    _cmd_suite,
-    _cmd_table,
-)
-from fedpath.config import ConfigError
-from fedpath.data.base import DataError
-from fedpath.registry import UnknownNameError
+from fedpath.catalog import KINDS
+from fedpath.errors import USER_ERRORS
 from fedpath.utils.cli_args import add_overrides, add_quiet, is_quiet
 
 
@@ -44,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_quiet(
             p,
             "no progress bars or status lines (also FEDPATH_QUIET=1); tables and "
-            "errors still print",
+            "errors still print. Progress is bars on a terminal, timestamped lines "
+            "otherwise (FEDPATH_PROGRESS=bars|lines|none to choose)",
         )
 
     run = sub.add_parser(
@@ -173,12 +165,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(pr)
 
-    lst = sub.add_parser("list", help="list registered datasets, backbones, algorithms")
+    lst = sub.add_parser(
+        "list",
+        help="list the datasets, backbones, MIL models and algorithms, one line each",
+        description="Every registered name a config can use, with its one-line "
+        "summary (from fedpath/catalog.json, without loading PyTorch).",
+    )
+    lst.add_argument("what", nargs="?", default="all", choices=["all", *KINDS])
     lst.add_argument(
-        "what",
-        nargs="?",
-        default="all",
-        choices=["all", "datasets", "backbones", "algorithms"],
+        "--live",
+        action="store_true",
+        help="ask the registries themselves (loads PyTorch; shows entries your "
+        "own code registered too)",
     )
 
     from fedpath.wsi import cli as wsi_cli
@@ -227,42 +225,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = is_quiet(args)
     err = Console(stderr=True, soft_wrap=True)
     try:
-        if args.command == "run":
-            return _cmd_run(args, quiet)
-        if args.command == "demo":
-            return _cmd_demo(args, quiet)
-        if args.command in ("suite", "ablate"):
-            return _cmd_suite(args, quiet)
-        if args.command == "table":
-            return _cmd_table(args, quiet)
-        if hasattr(args, "fedhd_render_handler"):
-            return int(args.fedhd_render_handler(args))
-        if hasattr(args, "ssl_handler"):
-            return int(args.ssl_handler(args))
-        if hasattr(args, "flower_handler"):
-            from fedpath.deploy import cli as flower_cli
-
-            return flower_cli.run(args)
-        if hasattr(args, "wsi_handler"):
-            from fedpath.wsi import cli as wsi_cli
-
-            return wsi_cli.run(args)
-        if args.command == "stain-report":
-            return _cmd_stain_report(args)
-        if args.command == "evaluate":
-            return _cmd_evaluate(args, quiet)
-        if args.command == "predict":
-            return _cmd_predict(args, quiet)
-        if args.command == "list":
-            return _cmd_list(args)
-        if args.command == "data":
-            return _cmd_data(args)
-    except (ConfigError, DataError, UnknownNameError, ArtifactError) as e:
+        return _dispatch(args, quiet)
+    except USER_ERRORS as e:
         err.print(f"[bold red]error:[/] {e}", highlight=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted; continue with --resume")
         return 130
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from fedpath import catalog
+
+    entries = catalog.collect() if args.live else catalog.load()
+    print(catalog.render(entries, args.what))
+    return 0
+
+
+def _dispatch(args: argparse.Namespace, quiet: bool) -> int:
+    """Run the parsed subcommand; its module is imported only now."""
+    if args.command == "list":
+        return _cmd_list(args)
+    if hasattr(args, "fedhd_render_handler"):
+        return int(args.fedhd_render_handler(args))
+    if hasattr(args, "ssl_handler"):
+        return int(args.ssl_handler(args))
+    if hasattr(args, "flower_handler"):
+        from fedpath.deploy import cli as flower_cli
+
+        return flower_cli.run(args)
+    if hasattr(args, "wsi_handler"):
+        from fedpath.wsi import cli as wsi_cli
+
+        return wsi_cli.run(args)
+    from fedpath import commands
+
+    handlers = {
+        "run": lambda: commands._cmd_run(args, quiet),
+        "demo": lambda: commands._cmd_demo(args, quiet),
+        "suite": lambda: commands._cmd_suite(args, quiet),
+        "ablate": lambda: commands._cmd_suite(args, quiet),
+        "table": lambda: commands._cmd_table(args, quiet),
+        "stain-report": lambda: commands._cmd_stain_report(args),
+        "evaluate": lambda: commands._cmd_evaluate(args, quiet),
+        "predict": lambda: commands._cmd_predict(args, quiet),
+        "data": lambda: commands._cmd_data(args),
+    }
+    if args.command in handlers:
+        return int(handlers[args.command]())
     return 1
 
 

@@ -80,13 +80,21 @@ def _run_suite(
     resume: bool,
     metrics: Sequence[str],
 ) -> int:
-    from fedpath.runtime.experiment import load_dataset, run_experiment
+    from fedpath.runtime.experiment import load_dataset, plan_runs, run_experiment
     from fedpath.utils.progress import make_reporter
 
+    reporter = make_reporter(quiet)  # a bad FEDPATH_PROGRESS fails before any work
     console = _console(quiet)
     head = configs[0]
-    first = load_dataset(head.data)
-    datasets: dict[str, DomainDataset] = {repr(head.data): first}
+    datasets: dict[str, DomainDataset] = {}
+    for cfg in configs:
+        if repr(cfg.data) not in datasets:
+            datasets[repr(cfg.data)] = load_dataset(cfg.data)
+    first = datasets[repr(head.data)]
+    # counted up front (a bad lodo.targets fails before anything trains) for the
+    # suite's progress: all runs, all rounds, of all methods
+    runs = [len(plan_runs(cfg, datasets[repr(cfg.data)])) for cfg in configs]
+    rounds = sum(n * cfg.train.rounds for n, cfg in zip(runs, configs, strict=True))
     per_client = head.evaluation.protocol == "local" and head.lodo.targets == "none"
     if per_client:
         shape = f"{len(first.domains)} hospitals evaluated on their own test slides"
@@ -97,12 +105,11 @@ def _run_suite(
         f"{description}: {len(configs)} methods x {shape} x {len(head.seeds)} seeds"
     )
     start = time.perf_counter()
-    with make_reporter(quiet) as rep:
-        for cfg in configs:
-            key = repr(cfg.data)
-            if key not in datasets:
-                datasets[key] = load_dataset(cfg.data)
-            run_experiment(cfg, rep, resume=resume, dataset=datasets[key])
+    with reporter as rep:
+        rep.start_suite(sum(runs), len(configs), rounds)
+        for k, cfg in enumerate(configs, 1):
+            rep.start_method(k, len(configs), cfg.method)
+            run_experiment(cfg, rep, resume=resume, dataset=datasets[repr(cfg.data)])
     outs = sorted({Path(c.output_dir) / c.name for c in configs})
     console.print(
         f"finished in {time.perf_counter() - start:.0f} s; runs in "
@@ -262,17 +269,23 @@ def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) ->
 
 
 def _cmd_predict(args: argparse.Namespace, quiet: bool) -> int:
-    from rich.progress import Progress
+    from contextlib import ExitStack
 
     from fedpath.artifact import load_model
     from fedpath.inference import predict_files
+    from fedpath.utils.progress import JobProgress, job_progress
 
     model = load_model(args.model)
-    with Progress(console=Console(stderr=True, quiet=quiet)) as bar:
-        task = bar.add_task("predict", total=None)
+    with ExitStack() as stack:
+        job: list[JobProgress] = []  # started at the first batch: the total is known
+        seen = [0]
 
         def step(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            if not job:
+                bar = job_progress("predict", "images", total, quiet)
+                job.append(stack.enter_context(bar))
+            job[0].advance(done - seen[0])
+            seen[0] = done
 
         info = predict_files(
             model, args.images, args.out, args.batch_size, args.skip_bad, step
@@ -284,25 +297,6 @@ def _cmd_predict(args: argparse.Namespace, quiet: bool) -> int:
             f"skipped {len(info['skipped'])} unreadable images: "
             f"{', '.join(info['skipped'][:5])}"
         )
-    return 0
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    from fedpath.algorithms.base import ALGORITHMS
-    from fedpath.data.base import DATASETS
-    from fedpath.models.backbones import BACKBONES
-    from fedpath.registry import describe
-
-    console = Console(soft_wrap=True)
-    for title, reg in (
-        ("datasets", DATASETS),
-        ("backbones", BACKBONES),
-        ("algorithms", ALGORITHMS),
-    ):
-        if args.what in ("all", title):
-            console.print(f"[bold]{title}[/]")
-            for name, doc in describe(reg):
-                console.print(f"  {name:<14} {doc}", highlight=False)
     return 0
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +128,38 @@ class ExperimentConfig(Checked):
 
 
 # --------------------------------------------------------------------------- loading
+
+
+#: appended to "data not found" errors: where a user finds the datasets
+WHERE_TO_GET = (
+    "where to get each dataset and how to build what fedpath reads: docs/data/ "
+    "(AMi-Br: `fedpath amibr`)"
+)
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def resolve_data_root(root: str | None) -> str | None:
+    """``data.root`` with ``${NAME}`` replaced by the environment variable NAME.
+
+    Shipped configs write ``root: ${FEDPATH_AMIBR}`` so that no path of one
+    machine is in them; the variable is read when the data is loaded (not when
+    the config is validated), and an unset one is an error naming it.
+    """
+    if root is None:
+        return None
+
+    def env(m: re.Match[str]) -> str:
+        value = os.environ.get(m.group(1))
+        if not value:
+            raise ConfigError(
+                f"data.root {root!r}: environment variable {m.group(1)} is not "
+                f"set; set it to the dataset's folder or pass "
+                f"data.root=/path/to/data ({WHERE_TO_GET})"
+            )
+        return value
+
+    return _ENV.sub(env, root)
 
 
 def load_config(

@@ -129,7 +129,9 @@ BACKBONES: Registry[Callable[..., FedModel]] = Registry(
     "backbone", plugins=("fedpath.models",)
 )
 #: ``factory(params, in_dim, num_classes) -> MILModel``
-MIL_MODELS: Registry[MILFactory] = Registry("mil model", plugins=("fedpath.mil",))
+MIL_MODELS: Registry[MILFactory] = Registry(
+    "mil model", plugins=("fedpath.mil.models_attention", "fedpath.mil.transmil")
+)
 #: registered algorithms; ``ALGORITHMS.params(name)`` is the params dataclass
 ALGORITHMS: Registry[AlgorithmSpec] = Registry(
     "algorithm", plugins=("fedpath.algorithms",)

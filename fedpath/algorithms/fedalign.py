@@ -1,8 +1,8 @@
 """FedAlign (Gupta, Sutar, Singh, Sethi; CVPRW 2025), paper intent of its released code.
 
-What the released code does (../shared/notes/baselines.md, section 2): FedCCRL's
-exchange (per-image mean/std of r = 10 % of the images, pool without the client's
-own), plus
+What the released code does (read from its repository; docs/references.md):
+FedCCRL's exchange (per-image mean/std of r = 10 % of the images, pool without the
+client's own), plus
 
 * *selective transfer*: k-means (k = 7) on the 6-d (mean, std) pool; samples are
   allotted to clusters in proportion to cluster size (at least one each) and drawn

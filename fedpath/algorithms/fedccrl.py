@@ -1,6 +1,6 @@
 """FedCCRL (Wang, Guo, Tang 2024, arXiv 2410.11267), as its released code does it.
 
-Facts from the released code (../shared/notes/baselines.md, section 1):
+Facts from the released code (read from its repository; docs/references.md):
 
 * every round each client uploads the per-image channel mean and std of
   ``int(r * n)`` training images (r = 0.1; here ceil, so a client always uploads)

@@ -4,7 +4,7 @@ STRAP (Yamashita et al., IEEE TMI 2021) trains on a copy of the data stylized by
 AdaIN with a pretrained VGG-19 encoder/decoder and artworks as style images. Those
 weights cannot be downloaded here, so this is an approximation, named as such, that
 keeps STRAP's idea (randomize style with styles unrelated to pathology, keep shape)
-without pretrained networks (../shared/notes/baselines.md, section 3):
+without pretrained networks (docs/references.md):
 
 1. colour style: Reinhard transfer in CIE LAB (AdaIN on the image itself, the
    pixel-space analogue of STRAP's relu4_1 AdaIN) to a random *non-medical* style:

@@ -5,7 +5,7 @@
 in both train and test: the split is by slide (by image when there is no slide
 column). The real AMi-Br crops load this way::
 
-    data: {name: manifest, root: ../shared/data/amibr, params: {path: manifest.csv}}
+    data: {name: manifest, root: /path/to/amibr, params: {path: manifest.csv}}
 
 ``folder``: ``root/<domain>/<class>/<image>``, every image its own group.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedpath.config import ConfigError
+from fedpath.config import WHERE_TO_GET, ConfigError
 from fedpath.data.base import (
     DATASETS,
     DataError,
@@ -90,7 +90,10 @@ class Records:
 def read_manifest(csv_path: Path) -> Records:
     """Parse a manifest CSV; errors name the file, the row and the missing field."""
     if not csv_path.is_file():
-        raise DataError(f"manifest {str(csv_path)!r} does not exist")
+        raise DataError(
+            f"manifest {str(csv_path)!r} does not exist (data.root + "
+            f"data.params.path); {WHERE_TO_GET}"
+        )
     with csv_path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         columns = reader.fieldnames or []
@@ -136,7 +139,7 @@ def add_class_folders(
 def scan_folders(root: Path) -> Records:
     """``root/<domain>/<class>/<image>`` -> records (sorted, deterministic)."""
     if not root.is_dir():
-        raise DataError(f"data.root {str(root)!r} is not a directory")
+        raise DataError(f"data.root {str(root)!r} is not a directory; {WHERE_TO_GET}")
     rec = Records([], [], [], [], [])
     for domain in sorted(d for d in root.iterdir() if d.is_dir()):
         add_class_folders(rec, domain, domain.name)
@@ -244,7 +247,10 @@ def _decode_all(
 
 def _root(root: str | None, what: str) -> Path:
     if root is None:
-        raise ConfigError(f"data.root: dataset {what!r} needs data.root (a directory)")
+        raise ConfigError(
+            f"data.root: dataset {what!r} needs data.root (a directory): pass "
+            f"data.root=/path/to/data; {WHERE_TO_GET}"
+        )
     return Path(root).expanduser()
 
 

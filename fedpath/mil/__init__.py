@@ -14,26 +14,64 @@
   :mod:`fedpath.tasks.bags`).
 """
 
-from fedpath.mil import models_attention, transmil  # noqa: F401  (registration)
-from fedpath.mil.alignment import alignment_loss
-from fedpath.mil.bags import (
-    BagDataset,
-    SlideBag,
-    load_clam_bags,
-    read_bag_file,
-    synthetic_bags,
-)
-from fedpath.mil.distill import (
-    DistillOptions,
-    DistillResult,
-    compress_slides,
-    distill_features,
-    distill_slide,
-    distill_slides,
-)
-from fedpath.mil.gmm import GMM, fit_gmm, fit_gmms
-from fedpath.mil.models import MIL_MODELS, MILModel, MILOutput, build_mil_model
-from fedpath.mil.predict import evaluate_mil
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy exports below resolve to
+    from fedpath.mil.alignment import alignment_loss
+    from fedpath.mil.bags import (
+        BagDataset,
+        SlideBag,
+        load_clam_bags,
+        read_bag_file,
+        synthetic_bags,
+    )
+    from fedpath.mil.distill import (
+        DistillOptions,
+        DistillResult,
+        compress_slides,
+        distill_features,
+        distill_slide,
+        distill_slides,
+    )
+    from fedpath.mil.gmm import GMM, fit_gmm, fit_gmms
+    from fedpath.mil.models import MIL_MODELS, MILModel, MILOutput, build_mil_model
+    from fedpath.mil.predict import evaluate_mil
+
+# Lazy, so that ``fedpath --help`` (which imports the command-line modules of this
+# package) does not load PyTorch; the registry imports the model modules itself
+# (MIL_MODELS's plugins).
+_EXPORTS = {
+    "BagDataset": "bags",
+    "DistillOptions": "distill",
+    "DistillResult": "distill",
+    "GMM": "gmm",
+    "MILModel": "models",
+    "MILOutput": "models",
+    "MIL_MODELS": "models",
+    "SlideBag": "bags",
+    "alignment_loss": "alignment",
+    "build_mil_model": "models",
+    "compress_slides": "distill",
+    "distill_features": "distill",
+    "distill_slide": "distill",
+    "distill_slides": "distill",
+    "evaluate_mil": "predict",
+    "fit_gmm": "gmm",
+    "fit_gmms": "gmm",
+    "load_clam_bags": "bags",
+    "read_bag_file": "bags",
+    "synthetic_bags": "bags",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(f"fedpath.mil.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'fedpath.mil' has no attribute {name!r}")
+
 
 __all__ = [
     "GMM",

@@ -103,8 +103,6 @@ def build_mil_model(
     ``params`` is the model's params dataclass, a mapping of its fields (typed
     and validated like a config section), or ``None`` for the defaults.
     """
-    import fedpath.mil  # noqa: F401  (registers the built-in models)
-
     schema = MIL_MODELS.params(name)
     if schema is None:
         return MIL_MODELS.get(name)(None, in_dim, num_classes)

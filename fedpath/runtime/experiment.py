@@ -20,9 +20,15 @@ from typing import Any
 
 import torch
 
-from fedpath.config import ConfigError, DataConfig, ExperimentConfig, resolve_params
+from fedpath.config import (
+    ConfigError,
+    DataConfig,
+    ExperimentConfig,
+    resolve_data_root,
+    resolve_params,
+)
 from fedpath.data.base import DATASETS, DomainDataset
-from fedpath.data.partition import lodo_plan
+from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.evaluation.tables import ResultRow
 from fedpath.runtime.inprocess import FINAL, InProcessRun
 from fedpath.tasks import prepare_dataset
@@ -33,12 +39,22 @@ def load_dataset(cfg: DataConfig) -> DomainDataset:
     """Instantiate the configured (registered) dataset."""
     schema = DATASETS.params(cfg.name)
     params = resolve_params(schema, cfg.params, "data.params") if schema else None
-    return DATASETS.get(cfg.name)(params, cfg.root)
+    return DATASETS.get(cfg.name)(params, resolve_data_root(cfg.root))
 
 
 def run_dir_for(cfg: ExperimentConfig, target: str, seed: int) -> Path:
     safe = target.replace("/", "_")
     return Path(cfg.output_dir) / cfg.name / cfg.method / safe / f"seed{seed}"
+
+
+def plan_runs(
+    cfg: ExperimentConfig, dataset: DomainDataset
+) -> list[tuple[LodoFold, int]]:
+    """Every (fold, seed) of ``cfg``, in the order :func:`run_experiment` runs them
+    (a suite counts its runs with it, before any has started: ``dataset`` may be
+    the loaded one, not yet prepared, as the folds depend on its domains only)."""
+    folds = lodo_plan(dataset, cfg.lodo.targets)
+    return [(fold, seed) for fold in folds for seed in cfg.seeds]
 
 
 def run_experiment(
@@ -52,15 +68,14 @@ def run_experiment(
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     dataset = prepare_dataset(cfg, dataset or load_dataset(cfg.data), reporter)
-    folds = lodo_plan(dataset, cfg.lodo.targets)
-    reporter.start_runs(len(folds) * len(cfg.seeds))
+    plan = plan_runs(cfg, dataset)
+    reporter.start_runs(len(plan))
     records = []
-    for fold in folds:
-        for seed in cfg.seeds:
-            run = InProcessRun(
-                cfg, dataset, fold, seed, run_dir_for(cfg, fold.target, seed), reporter
-            )
-            records.append(run.run(resume=resume))
+    for fold, seed in plan:
+        run = InProcessRun(
+            cfg, dataset, fold, seed, run_dir_for(cfg, fold.target, seed), reporter
+        )
+        records.append(run.run(resume=resume))
     return records
 
 

@@ -151,6 +151,7 @@ class InProcessRun:
         if resume:
             done = self.run_dir / FINAL
             if done.is_file():
+                self.reporter.skip_run(self._label(), self.cfg.train.rounds)
                 return dict(json.loads(done.read_text()))
             start = self._restore() + 1
         else:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image
 
-from fedpath.data.base import DataError
+from fedpath.errors import DataError
 
 if TYPE_CHECKING:  # h5py loads when a stage first writes, not at `fedpath --help`
     import h5py
@@ -178,31 +178,15 @@ class StageReport:
 def stage_progress(
     description: str, total: int, quiet: bool
 ) -> Iterator[Callable[[str], None]]:
-    """A rich progress bar on stderr (nothing when quiet); yields ``advance(name)``."""
+    """Progress over slides on stderr, yields ``advance(name)``: a bar on a
+    terminal, throttled timestamped lines in a log, nothing when quiet."""
     if quiet:
         yield lambda name: None
         return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from fedpath.utils.progress import job_progress
 
-    with Progress(
-        TextColumn("[bold]{task.description}[/]"),
-        BarColumn(bar_width=28),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[slide]}"),
-        console=Console(stderr=True),
-    ) as bar:
-        task = bar.add_task(description, total=total, slide="")
-        yield lambda name: bar.update(task, advance=1, slide=name)
+    with job_progress(description, "slides", total, quiet) as job:
+        yield lambda name: job.advance(1, name)
 
 
 def check_unique_names(paths: Sequence[Path]) -> None:

@@ -1,9 +1,12 @@
-"""``fedpath tile | features | mvmidog``: the slide preprocessing stages.
+"""``fedpath tile | features | mvmidog | amibr``: the slide preprocessing stages.
 
-:func:`register` adds the three subcommands to the main parser's subparsers and
+:func:`register` adds the four subcommands to the main parser's subparsers and
 :func:`run` dispatches a parsed namespace to them. Bad input raises
-:class:`~fedpath.data.base.DataError` or :class:`~fedpath.config.ConfigError`,
+:class:`~fedpath.errors.DataError` or :class:`~fedpath.config.ConfigError`,
 which ``fedpath``'s ``main`` turns into an ``error:`` line and exit code 2.
+
+Importing this module loads neither PyTorch nor a slide reader (``fedpath --help``
+imports it to register the subcommands): each handler imports the stage it runs.
 """
 
 from __future__ import annotations
@@ -20,8 +23,14 @@ import yaml
 from rich.console import Console
 
 from fedpath.config import ConfigError
-from fedpath.data.base import DataError
+from fedpath.errors import DataError
 from fedpath.utils.cli_args import add_quiet, is_quiet
+from fedpath.wsi.amibr_params import (
+    DEFAULT_PAD,
+    DEFAULT_SIZE,
+    MIN_SIZE,
+    PAD_FILLS,
+)
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -59,7 +68,7 @@ def _slide_stage(
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``tile``, ``features`` and ``mvmidog`` subcommands to ``sub``."""
+    """Add the ``tile``, ``features``, ``mvmidog`` and ``amibr`` subcommands."""
     tile = _slide_stage(
         sub,
         "tile",
@@ -188,12 +197,56 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mid.add_argument("--min-saturation-std", type=float, default=4.0)
     _common(mid, _cmd_mvmidog)
 
+    ami = sub.add_parser(
+        "amibr",
+        help="AMi-Br table + MIDOG 2021 / TUPAC16 images -> normal/atypical "
+        "mitosis crops and manifest",
+        description="Crop every mitotic figure of the AMi-Br table (AMI-BR.csv) "
+        "from its MIDOG 2021 or TUPAC16 image: OUT/patches/{normal,atypical}/"
+        "<dataset>_<uid>.png, centred on the figure (its pixel is the crop's "
+        "[size//2, size//2]), and OUT/manifest.csv (path,label,domain,slide,"
+        "majority_atypical) for `data.name: manifest`. Domains: the MIDOG 2021 "
+        "scanner by image number (001-050 Hamamatsu XR, 051-100 Hamamatsu S360, "
+        "101-150 Aperio CS2) and TUPAC16. Resumable: existing crops are kept.",
+    )
+    ami.add_argument(
+        "--annotations", type=Path, required=True, help="the AMi-Br table (AMI-BR.csv)"
+    )
+    ami.add_argument(
+        "--midog",
+        type=Path,
+        help="folder of the MIDOG 2021 images (001.tiff ... 150.tiff, found in it "
+        "or below it); omit to leave the MIDOG21 rows out",
+    )
+    ami.add_argument(
+        "--tupac",
+        type=Path,
+        help="folder of the TUPAC16 images named as the table's slide column "
+        "(01_stitched1.tif ... 23_stitched1.tif, 24.tif ... 73.tif; found in it "
+        "or below it); omit to leave the TUPAC16 rows out",
+    )
+    ami.add_argument("--out", "-o", type=Path, required=True, help="output folder")
+    ami.add_argument(
+        "--size",
+        type=int,
+        default=DEFAULT_SIZE,
+        help=f"crop side in pixels, at least {MIN_SIZE} (default {DEFAULT_SIZE})",
+    )
+    ami.add_argument(
+        "--pad",
+        choices=list(PAD_FILLS),
+        default=DEFAULT_PAD,
+        help="fill of crop pixels outside the image (default black, as PIL's crop "
+        "and the crops of fedpath's published AMi-Br results)",
+    )
+    _common(ami, _cmd_amibr)
+
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand ``args`` was parsed for; 0 on success."""
     handler: Handler | None = getattr(args, "wsi_handler", None)
     if handler is None:
-        raise ConfigError("not a slide subcommand (tile, features, mvmidog)")
+        raise ConfigError("not a slide subcommand (tile, features, mvmidog, amibr)")
     return handler(args, is_quiet(args))
 
 
@@ -307,4 +360,21 @@ def _cmd_mvmidog(args: argparse.Namespace, quiet: bool) -> int:
     )
     if quiet:  # build_mvmidog printed the report unless quiet
         _report(format_report(report))
+    return 0
+
+
+def _cmd_amibr(args: argparse.Namespace, quiet: bool) -> int:
+    from fedpath.wsi.amibr import build_amibr
+
+    report = build_amibr(
+        args.annotations,
+        args.out,
+        midog=args.midog,
+        tupac=args.tupac,
+        size=args.size,
+        pad=args.pad,
+        skip_bad=args.skip_bad,
+        quiet=quiet,
+    )
+    _report(report.summary())
     return 0

@@ -19,6 +19,7 @@ _POSITIVE_NAMES = ("mitotic figure", "mitotic_figure", "mitosis")
 _IMPOSTER_NAMES = (
     "hard negative",
     "non-mitotic figure",
+    "not mitotic figure",  # MIDOG++
     "imposter",
     "mitotic figure lookalike",
     "nonmitotic",

@@ -147,7 +147,7 @@ def test_camelyon17_layout_and_official_split(tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.skipif(not AMIBR.is_dir(), reason="../shared/data/amibr is absent")
+@pytest.mark.skipif(not AMIBR.is_dir(), reason="FEDPATH_AMIBR (AMi-Br) is unset")
 def test_real_amibr_loads_through_the_manifest_reader() -> None:
     ds = load_dataset(
         load_config(
@@ -208,3 +208,25 @@ def test_every_algorithm_on_every_file_dataset(
     )
     (record,) = run_experiment(cfg)
     assert 0 <= record["evaluation"]["target"]["accuracy"] <= 1
+
+
+def test_data_root_from_an_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_manifest_tree(tmp_path)
+    cfg = manifest_cfg(Path("${FEDPATH_TEST_ROOT}"))  # validates without the variable
+    monkeypatch.delenv("FEDPATH_TEST_ROOT", raising=False)
+    with pytest.raises(ConfigError, match="environment variable FEDPATH_TEST_ROOT is"):
+        load_dataset(cfg.data)
+    monkeypatch.setenv("FEDPATH_TEST_ROOT", str(tmp_path))
+    ds = load_dataset(cfg.data)
+    assert ds.domains == ["site0", "site1", "site2"]
+    # only ${NAME} is expanded; a literal path is left alone
+    assert load_dataset(manifest_cfg(tmp_path).data).domains == ds.domains
+
+
+def test_missing_data_says_where_to_get_it(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"does not exist .*docs/data/"):
+        load_dataset(manifest_cfg(tmp_path).data)
+    with pytest.raises(ConfigError, match=r"needs data.root.*docs/data/"):
+        load_dataset(load_config(None, ["data.name=manifest"]).data)

@@ -292,3 +292,13 @@ def test_cli_defaults_are_the_builder_defaults(midog: tuple[Path, Path]) -> None
         assert args[name] == getattr(params, name), name
     for name in ("min_nonwhite", "white_level", "min_edge", "min_saturation_std"):
         assert args[name] == getattr(quality, name), name
+
+
+def test_category_names_of_midog_2021_and_midog_plus_plus() -> None:
+    from fedpath.wsi.midog_annotations import _categories
+
+    for imposter in ("hard negative", "not mitotic figure", "Non-mitotic figure"):
+        cats = [{"id": 1, "name": "mitotic figure"}, {"id": 2, "name": imposter}]
+        assert _categories({"categories": cats}, "x.json") == {1: True, 2: False}
+    with pytest.raises(DataError, match=r"x.json: categories\[1\] name 'cells'"):
+        _categories({"categories": [cats[0], {"id": 2, "name": "cells"}]}, "x.json")

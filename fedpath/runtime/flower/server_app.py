@@ -47,8 +47,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
-from fedpath.data.partition import LodoFold, lodo_plan
-from fedpath.runtime.experiment import load_dataset, run_dir_for
+from fedpath.data.partition import LodoFold
+from fedpath.runtime.experiment import load_dataset, plan_runs, run_dir_for
 from fedpath.runtime.flower import (
     EVALUATE_STAGE,
     META,
@@ -264,20 +264,22 @@ def run_federation(
     dataset = prepare_dataset(cfg, load_dataset(cfg.data), reporter)
     directory = NodeDirectory(grid, settings.reply_timeout)
     records = []
-    for fold in lodo_plan(dataset, cfg.lodo.targets):
-        for seed in cfg.seeds:
-            run = FlowerRun(
-                cfg,
-                dataset,
-                fold,
-                seed,
-                run_dir_for(cfg, fold.target, seed),
-                grid,
-                settings,
-                directory,
-                reporter,
-            )
-            records.append(run.run(resume=settings.resume))
+    plan = plan_runs(cfg, dataset)
+    if reporter is not None:
+        reporter.start_runs(len(plan))
+    for fold, seed in plan:
+        run = FlowerRun(
+            cfg,
+            dataset,
+            fold,
+            seed,
+            run_dir_for(cfg, fold.target, seed),
+            grid,
+            settings,
+            directory,
+            reporter,
+        )
+        records.append(run.run(resume=settings.resume))
     return records
 
 

@@ -3,7 +3,12 @@
 The registries fill up when their plugin modules are imported, and those modules
 import PyTorch (1.5-3 s, ~800 MiB). ``fedpath list`` and ``--help`` should answer
 at once, so the built-in entries' names and one-line summaries are also kept in
-``catalog.json`` beside this module, generated from the live registries:
+``catalog.json`` beside this module, generated from the live registries, with
+where each entry's params dataclass lives (``"module:QualName"``, a module of
+:mod:`fedpath.params` that imports no PyTorch; null: no parameters). The
+registries answer ``names()``, ``in`` and ``params(name)`` from it until their
+plugins are loaded, so validating a config (``fedpath check``) needs no PyTorch
+either:
 
     python -m fedpath.catalog --write     # after registering a new built-in
     python -m fedpath.catalog --check     # exit 1 when catalog.json is stale
@@ -19,7 +24,7 @@ import argparse
 import json
 import sys
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 #: section title -> (registry name in fedpath.registry, what the section holds)
 KINDS: dict[str, tuple[str, str]] = {
@@ -32,17 +37,34 @@ KINDS: dict[str, tuple[str, str]] = {
     "algorithms": ("ALGORITHMS", "algorithm.name"),
 }
 
-Catalog = dict[str, dict[str, str]]
+
+class CatalogEntry(TypedDict):
+    """One registered name: its one-line summary and its params class (or None)."""
+
+    doc: str
+    params: str | None
+
+
+#: kind -> name -> entry
+Catalog = dict[str, dict[str, CatalogEntry]]
+
+
+def params_path(cls: type | None) -> str | None:
+    """``"module:QualName"`` of a params class (None for None)."""
+    return None if cls is None else f"{cls.__module__}:{cls.__qualname__}"
 
 
 def collect() -> Catalog:
-    """The live registries' (name, summary) pairs per kind (imports PyTorch)."""
+    """The live registries' entries per kind (imports PyTorch)."""
     from fedpath import registry
 
     out: Catalog = {}
     for kind, (attr, _) in KINDS.items():
         reg: registry.Registry[Any] = getattr(registry, attr)
-        out[kind] = dict(registry.describe(reg))
+        out[kind] = {
+            e.name: {"doc": e.doc, "params": params_path(e.params)}
+            for e in reg.entries()
+        }
     return out
 
 
@@ -62,7 +84,7 @@ def render(catalog: Catalog, what: str = "all") -> str:
         entries = catalog[kind]
         lines.append(f"{kind} ({KINDS[kind][1]})")
         width = max(map(len, entries), default=0)
-        lines.extend(f"  {name:<{width}}  {doc}" for name, doc in entries.items())
+        lines.extend(f"  {name:<{width}}  {e['doc']}" for name, e in entries.items())
     return "\n".join(lines)
 
 

@@ -216,6 +216,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", type=Path, help="experiment YAML (default: the demo's)"
     )
     add_overrides(data)
+
+    check = sub.add_parser(
+        "check",
+        help="validate an experiment config or a suite file, without running it",
+        description="Load CONFIG with the overrides and check every key and value, "
+        "as `fedpath run` does before it starts (a suite file: every variant). "
+        "Prints one line per config; a bad key or value exits 2 naming it. "
+        "Loads no PyTorch and reads no data.",
+    )
+    check.add_argument("config", type=Path, help="experiment or suite YAML file")
+    add_overrides(check, "config overrides (values parsed as YAML)")
     return parser
 
 
@@ -242,10 +253,32 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from fedpath.config import ExperimentConfig, load_config, read_yaml_mapping
+    from fedpath.runtime.suite import load_suite
+
+    def line(cfg: ExperimentConfig) -> str:
+        return (
+            f"valid ({cfg.name}, algorithm {cfg.algorithm.name}, backbone "
+            f"{cfg.model.backbone}, data {cfg.data.name})"
+        )
+
+    if "variants" in read_yaml_mapping(args.config):
+        _, configs = load_suite(args.config, args.overrides)
+        print(f"{args.config}: valid suite ({len(configs)} variants)")
+        for cfg in configs:
+            print(f"  {cfg.method}: {line(cfg)}")
+    else:
+        print(f"{args.config}: {line(load_config(args.config, args.overrides))}")
+    return 0
+
+
 def _dispatch(args: argparse.Namespace, quiet: bool) -> int:
     """Run the parsed subcommand; its module is imported only now."""
     if args.command == "list":
         return _cmd_list(args)
+    if args.command == "check":
+        return _cmd_check(args)
     if hasattr(args, "fedhd_render_handler"):
         return int(args.fedhd_render_handler(args))
     if hasattr(args, "ssl_handler"):

@@ -3,13 +3,23 @@
 Every pluggable piece of fedpath (datasets, backbones, algorithms) is found by name
 through one of these, so adding a method means writing one file, never editing an
 ``if name == ...`` chain.
+
+The built-in entries register themselves when their plugin modules are imported,
+and those import PyTorch. Validating a config only needs the names and the params
+dataclasses, so until the plugins are loaded a registry answers :meth:`~Registry.names`,
+``in`` and :meth:`~Registry.params` from ``fedpath/catalog.json`` (generated from
+the live registries, see :mod:`fedpath.catalog`), whose params classes live in
+torch-free modules (:mod:`fedpath.params`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:  # types only: the registries' users import this module
@@ -38,16 +48,40 @@ class Entry(Generic[T]):
     doc: str
 
 
+@functools.cache
+def shipped_catalog() -> dict[str, dict[str, dict[str, Any]]]:
+    """``fedpath/catalog.json``: kind -> name -> ``{"doc", "params"}``, read once."""
+    text = resources.files("fedpath").joinpath("catalog.json").read_text("utf-8")
+    data: dict[str, dict[str, dict[str, Any]]] = json.loads(text)
+    return data
+
+
+def import_path(path: str) -> type:
+    """The class named by ``"module:QualName"`` (as ``catalog.json`` records it)."""
+    module, _, qualname = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 class Registry(Generic[T]):
     """Maps names to objects of one kind (``what`` names the kind in error messages).
 
     ``plugins``: modules whose import registers the built-in entries; they are
-    imported by name on the first lookup (see :meth:`_load_plugins`).
+    imported by name on the first lookup that needs a registered object
+    (:meth:`get`, :meth:`entry`; see :meth:`_load_plugins`). ``catalog_kind``:
+    this registry's section of ``fedpath/catalog.json``; with it, :meth:`names`,
+    ``in`` and :meth:`params` answer from the entries registered so far and then
+    the catalog, without importing the plugins, until something loads them.
     """
 
-    def __init__(self, what: str, plugins: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, what: str, plugins: tuple[str, ...] = (), catalog_kind: str | None = None
+    ) -> None:
         self.what = what
         self.plugins = plugins
+        self.catalog_kind = catalog_kind
         self._loaded = not plugins
         self._entries: dict[str, Entry[T]] = {}
 
@@ -89,6 +123,13 @@ class Registry(Generic[T]):
         for module in self.plugins:
             importlib.import_module(module)
 
+    def _catalog(self) -> dict[str, dict[str, Any]] | None:
+        """The catalog's entries of this registry while the plugins are not loaded
+        (None once they are, or without a ``catalog_kind``: ask the entries)."""
+        if self._loaded or self.catalog_kind is None:
+            return None
+        return shipped_catalog()[self.catalog_kind]
+
     def entry(self, name: str) -> Entry[T]:
         self._load_plugins()
         try:
@@ -101,14 +142,34 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         return self.entry(name).obj
 
+    def entries(self) -> list[Entry[T]]:
+        """Every entry, the plugins' included (loads them), sorted by name."""
+        self._load_plugins()
+        return [self._entries[n] for n in sorted(self._entries)]
+
     def params(self, name: str) -> type | None:
+        """The params dataclass of ``name`` (None: it takes no parameters)."""
+        if name in self._entries:
+            return self._entries[name].params
+        catalog = self._catalog()
+        if catalog is not None and name in catalog:
+            path = catalog[name]["params"]
+            return None if path is None else import_path(path)
         return self.entry(name).params
 
     def names(self) -> list[str]:
+        catalog = self._catalog()
+        if catalog is not None:
+            return sorted({*self._entries, *catalog})
         self._load_plugins()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        if name in self._entries:
+            return True
+        catalog = self._catalog()
+        if catalog is not None:
+            return name in catalog
         self._load_plugins()
         return name in self._entries
 
@@ -122,22 +183,24 @@ class Registry(Generic[T]):
 
 #: ``factory(params, root) -> DomainDataset``
 DATASETS: Registry[Callable[[Any, str | None], DomainDataset]] = Registry(
-    "dataset", plugins=("fedpath.data",)
+    "dataset", plugins=("fedpath.data",), catalog_kind="datasets"
 )
 #: ``factory(params, num_classes) -> FedModel``
 BACKBONES: Registry[Callable[..., FedModel]] = Registry(
-    "backbone", plugins=("fedpath.models",)
+    "backbone", plugins=("fedpath.models",), catalog_kind="backbones"
 )
 #: ``factory(params, in_dim, num_classes) -> MILModel``
 MIL_MODELS: Registry[MILFactory] = Registry(
-    "mil model", plugins=("fedpath.mil.models_attention", "fedpath.mil.transmil")
+    "mil model",
+    plugins=("fedpath.mil.models_attention", "fedpath.mil.transmil"),
+    catalog_kind="mil",
 )
 #: registered algorithms; ``ALGORITHMS.params(name)`` is the params dataclass
 ALGORITHMS: Registry[AlgorithmSpec] = Registry(
-    "algorithm", plugins=("fedpath.algorithms",)
+    "algorithm", plugins=("fedpath.algorithms",), catalog_kind="algorithms"
 )
 
 
 def describe(registry: Registry[Any]) -> list[tuple[str, str]]:
     """(name, first docstring line) of every entry, for ``fedpath list``."""
-    return [(n, registry.entry(n).doc) for n in registry.names()]
+    return [(e.name, e.doc) for e in registry.entries()]

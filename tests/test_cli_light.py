@@ -60,7 +60,10 @@ def test_catalog_json_matches_the_registries() -> None:
 
 def test_catalog_check_fails_on_a_stale_file(monkeypatch: pytest.MonkeyPatch) -> None:
     live = catalog.collect()
-    live["algorithms"] = {**live["algorithms"], "brand_new": "registered since"}
+    live["algorithms"] = {
+        **live["algorithms"],
+        "brand_new": {"doc": "registered since", "params": None},
+    }
     monkeypatch.setattr(catalog, "collect", lambda: live)
     assert catalog.main(["--check"]) == 1
 

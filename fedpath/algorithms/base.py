@@ -33,22 +33,14 @@ from torch import nn
 from fedpath.algorithms.names import LOCAL, WEIGHTS
 from fedpath.config import TrainConfig
 from fedpath.data.base import Split
+from fedpath.params.algorithms import AlgorithmParams  # noqa: F401  (its old home)
 from fedpath.registry import ALGORITHMS
-from fedpath.schema import Checked
 from fedpath.tasks.base import Task
 from fedpath.tasks.images import LossFn as ImageLoss
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 
 #: an algorithm's parameters dataclass (``algorithm.params``, resolved at load)
 P = TypeVar("P")
-
-
-class AlgorithmParams(Checked):
-    """Base of every algorithm's params dataclass: constraints are declared on the
-    fields (``Annotated[float, Ge(0)]``, see :mod:`fedpath.schema`) and errors name
-    the ``algorithm.params`` key."""
-
-    config_section = "algorithm.params"
 
 
 class ProtocolError(RuntimeError):

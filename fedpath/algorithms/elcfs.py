@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,22 +36,14 @@ from fedpath.algorithms.base import (
     register_algorithm,
     round_only,
 )
-from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
+from fedpath.algorithms.fedavg_ssl import SimCLRClient, SimCLRServer
 from fedpath.algorithms.names import AMPLITUDE, AMPLITUDE_BANK, FIT
 from fedpath.algorithms.ssl_common import SSLNet
-from fedpath.schema import Ge, Range
+from fedpath.params.algorithms import ELCFSParams
 from fedpath.ssl.amplitude import amplitude_mix, low_band_amplitude
 from fedpath.types import ClientState, Payload, Scalar
 
 log = logging.getLogger("fedpath")
-
-
-@dataclass(frozen=True)
-class ELCFSParams(FedAvgSSLParams):
-    """images_per_client: amplitudes each client shares; beta: low-band size."""
-
-    images_per_client: Annotated[int, Ge(1)] = 8
-    beta: Annotated[float, Range(0, 1, lo_open=True)] = 0.2
 
 
 class ELCFSClient(SimCLRClient):

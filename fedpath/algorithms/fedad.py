@@ -31,8 +31,7 @@ Choices the paper leaves open (documented in docs/fedad.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,46 +40,17 @@ from fedpath.algorithms.base import ServerContext, derive_seed, register_algorit
 from fedpath.algorithms.ssl_common import (
     SSLClient,
     SSLNet,
-    SSLParams,
     SSLServer,
     frozen_copy,
 )
 from fedpath.config import ConfigError
 from fedpath.losses import nt_xent, orthogonality_loss, teacher_alignment_loss
-from fedpath.schema import Ge
-from fedpath.ssl.atsa import ATSA, check_atsa_bounds, instability
+from fedpath.params.algorithms import FedADParams
+from fedpath.ssl.atsa import ATSA, instability
 from fedpath.ssl.heads import DisentanglingHead, teacher_projection
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 
 LAMBDA = "lambda"
-
-
-@dataclass(frozen=True)
-class FedADParams(SSLParams):
-    """FedAD hyperparameters (Section 4 and Table 3 where the text gives them).
-
-    gamma: orthogonality weight (Eq. 4; the paper's CV picks 2.0).
-    proj_dim: d_s = d_d = dim(z_g) (128 in the paper, fixed).
-    head_hidden: hidden width of g_k (default: the feature dimension F).
-    atsa: use the ATSA curriculum; false sends ``static_lambda`` every round.
-    lambda_min, lambda_max, alpha, k, eps: Eq. 5-6.
-    """
-
-    gamma: Annotated[float, Ge(0)] = 2.0
-    proj_dim: Annotated[int, Ge(1)] = 128
-    head_hidden: Annotated[int | None, Ge(1)] = None
-    atsa: bool = True
-    static_lambda: Annotated[float, Ge(0)] = 0.5
-    lambda_min: float = 0.1
-    lambda_max: float = 1.0
-    alpha: float = 0.8
-    k: float = 20.0
-    eps: float = 1e-8
-
-    def validate(self) -> None:
-        check_atsa_bounds(
-            self.lambda_min, self.lambda_max, self.alpha, self.k, self.eps
-        )
 
 
 class FedADClient(SSLClient):

@@ -23,8 +23,7 @@ selects per batch; the distribution is the same).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,19 +31,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
-from fedpath.algorithms.fedccrl import FedCCRLClient, FedCCRLParams, FedCCRLServer
+from fedpath.algorithms.fedccrl import FedCCRLClient, FedCCRLServer
 from fedpath.losses import js_divergence
-from fedpath.schema import Ge, Range
+from fedpath.params.algorithms import FedAlignParams
 from fedpath.stain import StatPool
-
-
-@dataclass(frozen=True)
-class FedAlignParams(FedCCRLParams):
-    """FedCCRL's parameters plus selective transfer and the feature MSE weight."""
-
-    lambda3: Annotated[float, Ge(0)] = 0.1
-    clusters: Annotated[int, Ge(1)] = 7
-    selected_fraction: Annotated[float, Range(0, 1, lo_open=True)] = 0.5
 
 
 def selective_transfer(

@@ -9,8 +9,7 @@ an explicit BatchNorm-buffer rule (see :mod:`fedpath.algorithms.aggregation`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,14 +24,8 @@ from fedpath.algorithms.base import (
     weighted_mean_scalars,
 )
 from fedpath.algorithms.names import FIT, LOCAL, WEIGHTS
+from fedpath.params.algorithms import FedAvgParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
-
-
-@dataclass(frozen=True)
-class FedAvgParams:
-    """bn_buffers: 'average' (FedAvg) or 'pooled' BatchNorm running variance."""
-
-    bn_buffers: Literal["average", "pooled"] = "average"
 
 
 class WeightsClient(ClientAlgorithm):

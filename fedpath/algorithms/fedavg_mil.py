@@ -7,36 +7,15 @@ averages the weights by slide count. FedProx adds (mu/2)||w - w_global||^2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Literal
-
 import torch
 
 from fedpath.algorithms.base import ClientAlgorithm, ProtocolError, register_algorithm
 from fedpath.algorithms.fedavg import WEIGHTS, FedAvgServer
-from fedpath.algorithms.mil_common import MILTrainParams, real_bags, train_bags
+from fedpath.algorithms.mil_common import real_bags, train_bags
 from fedpath.losses import proximal_term, snapshot_parameters
 from fedpath.mil.models import MILModel
-from fedpath.schema import Ge, require
+from fedpath.params.algorithms import FedAvgMILParams, FedProxMILParams
 from fedpath.types import ClientState, Payload, as_numpy_dict
-
-
-@dataclass(frozen=True)
-class FedAvgMILParams(MILTrainParams):
-    """``mu``: FedProx's proximal weight (0: FedAvg)."""
-
-    mu: Annotated[float, Ge(0)] = 0.0
-    bn_buffers: Literal["average", "pooled"] = "average"
-
-    def validate(self) -> None:
-        super().validate()
-        require(
-            not self.models,
-            "models",
-            "no per-client architectures: weight averaging needs one architecture "
-            "for every client (set model.backbone instead)",
-            self.models,
-        )
 
 
 class FedAvgMILClient(ClientAlgorithm[FedAvgMILParams]):
@@ -73,13 +52,6 @@ register_algorithm(
     "FedAvg/FedProx (mu > 0) on one MIL architecture; real slides stay local",
     data="bags",
 )
-
-
-@dataclass(frozen=True)
-class FedProxMILParams(FedAvgMILParams):
-    """FedProx's default proximal weight."""
-
-    mu: float = 0.01
 
 
 register_algorithm(

@@ -9,24 +9,16 @@ identifies it with FedAD at gamma = 0 and lambda = 0 but with an aggregated head
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
-from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLParams, SSLServer
+from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLServer
 from fedpath.losses import nt_xent
-from fedpath.schema import Ge
+from fedpath.params.algorithms import FedAvgSSLParams
 from fedpath.ssl.heads import ProjectionHead
-
-
-@dataclass(frozen=True)
-class FedAvgSSLParams(SSLParams):
-    """proj_dim: output of the projection head (SimCLR: 128)."""
-
-    proj_dim: Annotated[int, Ge(1)] = 128
 
 
 class SimCLRClient(SSLClient):

@@ -14,23 +14,14 @@ documented choice; the FedBN paper evaluates clients on their own domains only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from torch import nn
 
 from fedpath.algorithms.base import ServerContext, register_algorithm
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
 from fedpath.config import ConfigError
 from fedpath.models.backbones import NORM_TYPES, keys_of_modules
+from fedpath.params.algorithms import FedBNParams
 from fedpath.types import ArrayDict
-
-
-@dataclass(frozen=True)
-class FedBNParams:
-    """bn_buffers: how the server's evaluation copy averages running statistics."""
-
-    bn_buffers: Literal["average", "pooled"] = "average"
 
 
 class FedBNClient(WeightsClient):

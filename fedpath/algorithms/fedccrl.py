@@ -23,37 +23,18 @@ released code casts out-of-range values unsafely); a fresh optimizer each round
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import AlgorithmParams, register_algorithm
+from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.stats_exchange import StatsExchangeClient, StatsExchangeServer
 from fedpath.algorithms.views import ViewOutputs, forward_views
 from fedpath.losses import fedccrl_contrastive, js_divergence
-from fedpath.schema import Ge, Gt, Probability
+from fedpath.params.algorithms import FedCCRLParams
 from fedpath.stain import StatPool, augmix, image_statistics, mixstyle
 from fedpath.types import ArrayDict
-
-
-@dataclass(frozen=True)
-class FedCCRLParams(AlgorithmParams):
-    """FedCCRL defaults from its released code (lambda1 = lambda2 = 0.1, t = 0.1)."""
-
-    upload_ratio: Annotated[float, Probability] = 0.1
-    refresh: Literal["round", "once"] = "round"
-    mixstyle_alpha: Annotated[float, Gt(0)] = 0.1
-    lambda1: Annotated[float, Ge(0)] = 0.1  # representation alignment (contrastive)
-    lambda2: Annotated[float, Ge(0)] = 0.1  # prediction alignment (JS)
-    temperature: Annotated[float, Gt(0)] = 0.1
-    augmix: Literal["torchvision", "geometric"] = "torchvision"
-    empty_pool: Literal["own", "error"] = "own"
-    bn_buffers: Literal["average", "pooled"] = "average"
-
-    def stat_layout(self) -> dict[str, tuple[int, int]]:
-        return {"mean_std": (3, 2)}
 
 
 class FedCCRLClient(StatsExchangeClient):

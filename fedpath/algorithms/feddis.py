@@ -18,27 +18,17 @@ paper uses it as a classification baseline without saying how. Here:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fedpath.algorithms.base import register_algorithm
-from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams
 from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLServer
 from fedpath.losses import nt_xent
-from fedpath.schema import Ge
+from fedpath.params.algorithms import FedDisParams
 from fedpath.ssl.heads import ProjectionHead
-
-
-@dataclass(frozen=True)
-class FedDisParams(FedAvgSSLParams):
-    """recon_weight: weight of the reconstruction term; recon_size: its resolution."""
-
-    recon_weight: Annotated[float, Ge(0)] = 1.0
-    recon_size: Annotated[int, Ge(1)] = 8
 
 
 class FedDisClient(SSLClient):

@@ -26,8 +26,7 @@ Gaussian), ``mode: mean`` (FedWSIDD-style mean matching, the baseline),
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Annotated, Literal
+from dataclasses import replace
 
 import numpy as np
 import torch.nn.functional as F
@@ -42,7 +41,6 @@ from fedpath.algorithms.base import (
     weighted_mean_scalars,
 )
 from fedpath.algorithms.mil_common import (
-    MILTrainParams,
     OwnMILClient,
     architecture,
     arrays_to_bags,
@@ -57,36 +55,8 @@ from fedpath.algorithms.names import DISTILL, FIT, POOL, RECEIVED, SYNTHETIC
 from fedpath.config import ConfigError
 from fedpath.losses import generalized_cross_entropy
 from fedpath.mil.distill import DistillOptions, compress_slides, distill_slides
-from fedpath.schema import Ge, Range
+from fedpath.params.algorithms import FedHDParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
-
-
-@dataclass(frozen=True)
-class FedHDParams(MILTrainParams):
-    """FedHD's knobs; defaults are the paper's (M=16, T=1000, 1000 iterations,
-    t0=30 of its 50 local epochs, GCE q=0.7). Local training is ``train.*``
-    (the paper: Adam, lr 2e-4, weight decay 1e-5, ``train.local_epochs: 50``).
-
-    ``covariance``: ``full`` or ``diag`` component covariances; ``mode``: ``gmm``
-    (FedHD), ``single`` (one Gaussian), ``mean`` (mean matching only);
-    ``many_to_one``: 0 = one synthetic slide per real slide, k > 0 = k per class
-    from the pooled slides of a client; ``max_patches``: patches per slide used to
-    fit its mixture (a seeded subsample; null = all).
-    """
-
-    components: Annotated[int, Ge(1)] = 16
-    covariance: Literal["full", "diag"] = "full"
-    tokens: Annotated[int, Ge(2)] = 1000
-    iters: Annotated[int, Ge(0)] = 1000
-    distill_lr: float = 0.05
-    mode: Literal["gmm", "single", "mean"] = "gmm"
-    init: Literal["auto", "gmm", "random"] = "auto"
-    many_to_one: Annotated[int, Ge(0)] = 0
-    t0: Annotated[int, Ge(0)] = 30
-    curriculum: bool = True
-    loss_synthetic: Literal["gce", "ce"] = "gce"
-    q: Annotated[float, Range(0, 1, lo_open=True)] = 0.7
-    too_few: Literal["error", "reduce"] = "error"
 
 
 class FedHDClient(OwnMILClient):

@@ -6,25 +6,16 @@ the weights received at the start of the round. The server is FedAvg's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import AlgorithmParams, register_algorithm
+from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
 from fedpath.losses import proximal_term, snapshot_parameters
-from fedpath.schema import Ge
+from fedpath.params.algorithms import FedProxParams
 from fedpath.types import ClientState, Payload
-
-
-@dataclass(frozen=True)
-class FedProxParams(AlgorithmParams):
-    """mu: weight of the proximal term (FedProx paper grid: 0.001-1)."""
-
-    mu: Annotated[float, Ge(0)] = 0.01
-    bn_buffers: Literal["average", "pooled"] = "average"
 
 
 class FedProxClient(WeightsClient):

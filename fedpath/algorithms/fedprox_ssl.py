@@ -7,24 +7,16 @@ weights received at the start of the round. Aggregation as FedAvg-SSL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 
 from fedpath.algorithms.base import register_algorithm
-from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
+from fedpath.algorithms.fedavg_ssl import SimCLRClient, SimCLRServer
 from fedpath.algorithms.ssl_common import SSLNet
 from fedpath.losses import proximal_term, snapshot_parameters
-from fedpath.schema import Ge
+from fedpath.params.algorithms import FedProxSSLParams
 from fedpath.types import ClientState, Payload
-
-
-@dataclass(frozen=True)
-class FedProxSSLParams(FedAvgSSLParams):
-    """mu: weight of the proximal term (FedProx grid 0.001-1)."""
-
-    mu: Annotated[float, Ge(0)] = 0.01
 
 
 class FedProxSSLClient(SimCLRClient):

@@ -33,17 +33,19 @@ second array), and ``randstain``, ``higher_order``, ``augmix``, ``mixstyle``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import AlgorithmParams, register_algorithm
+from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.stats_exchange import StatsExchangeClient, StatsExchangeServer
 from fedpath.algorithms.views import forward_views
 from fedpath.losses import js_divergence, paired_supcon
-from fedpath.schema import Ge, Gt, Probability, require
+from fedpath.params.algorithms import (  # noqa: F401  (StatChoice: its old home)
+    FedStainParams,
+    StatChoice,
+)
 from fedpath.stain import (
     ShapeFit,
     StatPool,
@@ -54,59 +56,6 @@ from fedpath.stain import (
     to_space,
 )
 from fedpath.types import ArrayDict
-
-StatChoice = Literal[
-    "moments", "mean_std", "quantile_cv", "local_mean_mad", "mean_iqr", "skew_kurt"
-]
-
-
-@dataclass(frozen=True)
-class FedStainParams(AlgorithmParams):
-    """FedStain hyper-parameters (paper defaults where it gives them)."""
-
-    upload_ratio: Annotated[float, Probability] = 0.1  # r (Tables III-IV)
-    refresh: Literal["round", "once"] = "round"
-    space: Literal["rgb", "lab", "hed"] = "lab"  # RandStainNA works in LAB
-    statistics: StatChoice = "moments"
-    randstain: bool = True
-    randstain_p: Annotated[float, Probability] = 0.9  # Sec. V-B
-    randstain_sampling: Literal["fitted", "direct"] = "fitted"
-    randstain_reading: Literal["sound", "paper"] = "sound"
-    higher_order: bool = True
-    # Budget of the higher-order (skewness/kurtosis) fit per image and channel:
-    # iterations on a subsample of shape_fit_pixels pixels, then shape_refine
-    # full-resolution steps. An augmentation needs the moments moved toward the
-    # target, not hit to 1e-5; this keeps the step a few ms per batch.
-    shape_iters: Annotated[int, Ge(1)] = 3
-    shape_fit_pixels: Annotated[int, Ge(16)] = 512
-    shape_refine: Annotated[int, Ge(0)] = 0
-    augmix: bool = True
-    augmix_width: int = 3
-    augmix_severity: int = 3
-    mixstyle: bool = True
-    mixstyle_mode: Literal["sound", "paper"] = "sound"
-    mixstyle_alpha: Annotated[float, Gt(0)] = 0.1
-    alpha: Annotated[float, Ge(0)] = 0.1  # weight of L_RA (grid-searched in the paper)
-    beta: Annotated[float, Ge(0)] = 0.1  # weight of L_JS
-    temperature: Annotated[float, Gt(0)] = 0.1  # Sec. V-B
-    cls_on: Literal["all", "original"] = "all"
-    empty_pool: Literal["own", "error"] = "own"
-    bn_buffers: Literal["average", "pooled"] = "average"
-
-    def validate(self) -> None:
-        require(
-            self.mixstyle_mode == "sound"
-            or self.statistics in ("moments", "skew_kurt"),
-            "statistics",
-            "'moments' or 'skew_kurt' when mixstyle_mode is 'paper'",
-            self.statistics,
-        )
-
-    def stat_layout(self) -> dict[str, tuple[int, int]]:
-        layout = {"moments": (3, 4)}
-        if self.statistics != "moments":
-            layout["pair"] = (3, 2)
-        return layout
 
 
 class FedStainClient(StatsExchangeClient):

@@ -10,7 +10,6 @@ from the server to rebuild it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,6 @@ import torch
 from torch import Tensor, nn
 
 from fedpath.algorithms.base import (
-    AlgorithmParams,
     ClientAlgorithm,
     ClientContext,
     ProtocolError,
@@ -27,7 +25,7 @@ from fedpath.algorithms.names import MODEL
 from fedpath.config import ConfigError
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, build_mil_model
-from fedpath.schema import require
+from fedpath.params.algorithms import MILTrainParams
 from fedpath.tasks.bags import BagLoss
 from fedpath.types import ArrayDict, ClientState, Payload, as_numpy_dict
 
@@ -75,30 +73,6 @@ def embedding_space(ctx: ClientContext) -> tuple[str, int]:
     """(declared extractor space, dimension) of the client's bags."""
     task = ctx.task.bags()
     return task.embedding_space, task.dim
-
-
-@dataclass(frozen=True)
-class MILTrainParams(AlgorithmParams):
-    """Which MIL model each client trains (local training itself is ``train.*``).
-
-    ``models``: architecture per client or domain (a key is a client id such as
-    ``hospital_0/c0`` or a domain), default ``model.backbone`` with
-    ``model.params``; ``model_params``: parameters per architecture name for the
-    ones chosen in ``models`` (e.g. ``{transmil: {hidden: 64}}``).
-    """
-
-    models: dict[str, str] = field(default_factory=dict)
-    model_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        unused = sorted(set(self.model_params) - set(self.models.values()))
-        require(
-            not unused,
-            "model_params",
-            "parameters only for architectures chosen in algorithm.params.models "
-            f"({sorted(set(self.models.values()))})",
-            unused,
-        )
 
 
 def architecture(ctx: ClientContext, models: Mapping[str, str]) -> str | None:

@@ -14,13 +14,12 @@ the two views. Encoder and projection head are aggregated (FedAvg).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import torch
 
 from fedpath.algorithms.base import register_algorithm
-from fedpath.algorithms.fedavg_ssl import FedAvgSSLParams, SimCLRClient, SimCLRServer
+from fedpath.algorithms.fedavg_ssl import SimCLRClient, SimCLRServer
 from fedpath.algorithms.names import MOON_PREV
 from fedpath.algorithms.ssl_common import (
     SSLNet,
@@ -29,17 +28,8 @@ from fedpath.algorithms.ssl_common import (
     load_entries,
 )
 from fedpath.losses import moon_contrastive
-from fedpath.schema import Ge, Gt
+from fedpath.params.algorithms import MOONParams
 from fedpath.types import ClientState, Payload, as_numpy_dict
-
-
-@dataclass(frozen=True)
-class MOONParams(FedAvgSSLParams):
-    """mu = 1.0 and tau = 0.5 as in the FedAD paper / the MOON reference."""
-
-    mu: Annotated[float, Ge(0)] = 1.0
-    moon_temperature: Annotated[float, Gt(0)] = 0.5
-    contrast_on: Literal["features", "projection"] = "features"
 
 
 class MOONClient(SimCLRClient):

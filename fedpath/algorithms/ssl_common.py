@@ -19,15 +19,13 @@ heads), so the optimizer covers the heads too and only that loop steps.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from fedpath.algorithms.aggregation import weighted_average
 from fedpath.algorithms.base import (
-    AlgorithmParams,
     ClientAlgorithm,
     ProtocolError,
     ServerAlgorithm,
@@ -38,32 +36,11 @@ from fedpath.algorithms.base import (
 from fedpath.algorithms.names import FIT, LOCAL_HEADS, SHARED, WEIGHTS
 from fedpath.config import ConfigError
 from fedpath.models.backbones import FedModel
-from fedpath.schema import Gt, Probability, Range
-from fedpath.ssl.augment import SimCLRAugment, simclr_augment
+from fedpath.params.algorithms import SSLParams
+from fedpath.ssl.augment import simclr_augment
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
 ENCODER_PREFIX = "encoder."
-
-
-@dataclass(frozen=True)
-class SSLParams(AlgorithmParams):
-    """Common to every self-supervised method.
-
-    temperature: NT-Xent tau (FedAD gives none; 0.5 is SimCLR's small-batch value).
-    crop_min_scale / hue / blur_p: the SimCLR pipeline of FedAD Section 5.2.
-    bn_buffers: how BatchNorm running statistics are aggregated.
-    """
-
-    temperature: Annotated[float, Gt(0)] = 0.5
-    crop_min_scale: Annotated[float, Range(0, 1, lo_open=True)] = 0.08
-    hue: Annotated[float, Range(0, 0.5)] = 0.1
-    blur_p: Annotated[float, Probability] = 0.5
-    bn_buffers: Literal["average", "pooled"] = "average"
-
-    def augmentation(self) -> SimCLRAugment:
-        return SimCLRAugment(
-            crop_min_scale=self.crop_min_scale, hue=self.hue, blur_p=self.blur_p
-        )
 
 
 class SSLNet(nn.Module):

@@ -22,31 +22,20 @@ aggregation is FedAvg. This is a genuine style-randomization baseline, not STRAP
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedpath.algorithms.base import AlgorithmParams, register_algorithm
+from fedpath.algorithms.base import register_algorithm
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
-from fedpath.schema import Probability
+from fedpath.params.algorithms import StrapParams
 from fedpath.stain import from_space, to_space
 from fedpath.types import ClientState, Payload
 
 _STYLE_LOW = torch.tensor([[20.0, 8.0], [-45.0, 4.0], [-45.0, 4.0]])
 _STYLE_HIGH = torch.tensor([[85.0, 30.0], [45.0, 30.0], [45.0, 30.0]])
-
-
-@dataclass(frozen=True)
-class StrapParams(AlgorithmParams):
-    """p: probability of stylizing an image; texture: add RandConv texture."""
-
-    p: Annotated[float, Probability] = 1.0
-    texture: bool = True
-    texture_mix: Literal["random", "full"] = "random"
-    bn_buffers: Literal["average", "pooled"] = "average"
 
 
 def random_styles(n: int, generator: torch.Generator) -> torch.Tensor:

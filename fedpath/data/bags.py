@@ -17,16 +17,19 @@ Registered datasets:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedpath.data.base import DATASETS, DataError, DomainDataset, ImageStore, Split
-from fedpath.schema import Check, Checked, Ge, Range, require
+from fedpath.params.data import (  # noqa: F401  (TestFraction: its old home)
+    ClamBagsParams,
+    SyntheticBagsParams,
+    TestFraction,
+)
 
 if TYPE_CHECKING:
     from fedpath.mil.bags import BagDataset, SlideBag
@@ -90,42 +93,6 @@ def from_bag_dataset(
     )
 
 
-#: share of the slides held out for testing
-TestFraction = Annotated[float, Range(0, 1, hi_open=True)]
-
-
-@dataclass(frozen=True)
-class SyntheticBagsParams(Checked):
-    """Synthetic hospitals of slide bags (see :func:`fedpath.mil.bags.synthetic_bags`).
-
-    ``rare_fraction``: share of a positive slide's patches in the rare diagnostic
-    cluster (the label's only evidence); ``domain_shift``/``domain_scale``/
-    ``domain_rotation``: the hospital-specific map of the embedding space.
-    """
-
-    config_section = "data.params"
-
-    num_hospitals: Annotated[int, Ge(1)] = 3
-    slides_per_hospital: Annotated[int, Ge(4)] = 40
-    dim: Annotated[int, Ge(2)] = 64
-    min_patches: Annotated[int, Ge(1)] = 200
-    max_patches: int = 400
-    rare_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.03
-    domain_shift: float = 0.5
-    domain_scale: float = 0.2
-    domain_rotation: float = 0.3
-    test_fraction: TestFraction = 0.3
-    seed: int = 0
-
-    def validate(self) -> None:
-        require(
-            self.min_patches <= self.max_patches,
-            "min_patches",
-            "1 <= min_patches <= max_patches",
-            (self.min_patches, self.max_patches),
-        )
-
-
 @DATASETS.register("synthetic_bags", params=SyntheticBagsParams)
 def synthetic_bag_hospitals(
     params: SyntheticBagsParams, root: str | None = None
@@ -150,26 +117,6 @@ def _synthetic(p: SyntheticBagsParams) -> DomainDataset:
         domain_rotation=p.domain_rotation,
     )
     return from_bag_dataset("synthetic_bags", data, p.test_fraction, p.seed)
-
-
-@dataclass(frozen=True)
-class ClamBagsParams(Checked):
-    """Bags in CLAM's layout under ``data.root``.
-
-    ``csv``: ``slide_id,label,domain`` rows (relative to the root unless absolute);
-    ``embedding_space``: the name of the feature extractor that wrote the bags
-    (clients only exchange synthetic slides within one space); ``classes``: class
-    order (default: sorted label names).
-    """
-
-    config_section = "data.params"
-
-    csv: str = "slides.csv"
-    embedding_space: str = "unknown"
-    classes: list[str] | None = None
-    prefer: Annotated[str, Check("'h5' or 'pt'", lambda v: v in ("h5", "pt"))] = "h5"
-    test_fraction: TestFraction = 0.3
-    seed: int = 0
 
 
 @DATASETS.register("clam_bags", params=ClamBagsParams)

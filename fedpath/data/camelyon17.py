@@ -17,28 +17,16 @@ official OOD test hospital.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from fedpath.config import ConfigError
 from fedpath.data.base import DATASETS, DataError, DomainDataset
-from fedpath.data.manifest import FileDatasetParams, Records, build_file_dataset
+from fedpath.data.manifest import Records, build_file_dataset
+from fedpath.params.data import Camelyon17Params
 
 COLUMNS = ("patient", "node", "x_coord", "y_coord", "tumor", "slide", "center", "split")
-
-
-@dataclass(frozen=True)
-class Camelyon17Params(FileDatasetParams):
-    """Camelyon17-WILDS options (96 px native patches, decoded lazily by default)."""
-
-    path: str = "metadata.csv"
-    image_size: int = 96
-    in_memory: bool = False
-    workers: int = 8
-    split: Literal["lodo", "wilds"] = "lodo"
 
 
 def find_metadata(root: Path, name: str) -> Path:

@@ -36,44 +36,11 @@ from fedpath.data.base import (
     assign_test_split,
 )
 from fedpath.data.files import IMAGE_SUFFIXES, FileStore, image_files, load_image
+from fedpath.params.data import FileDatasetParams
 
 log = logging.getLogger("fedpath")
 
 REQUIRED = ("path", "label", "domain")
-
-
-@dataclass(frozen=True)
-class FileDatasetParams:
-    """How images on disk become a dataset (shared by ``manifest`` and ``folder``).
-
-    ``image_size``: every image is resized to this (antialiased bilinear) when its
-    size differs. ``in_memory``: decode everything once at start (fine up to a few
-    hundred thousand small crops); otherwise decode per batch. ``classes``: class
-    order (default: sorted labels found). ``domains``: keep only these, in this
-    order (default: all, in order of appearance).
-    """
-
-    path: str = "manifest.csv"
-    image_size: int = 64
-    test_fraction: float = 0.25
-    classes: list[str] | None = None
-    domains: list[str] | None = None
-    in_memory: bool = True
-    skip_bad: bool = False
-    seed: int = 0
-    workers: int = 4
-
-    def __post_init__(self) -> None:
-        if not 16 <= self.image_size <= 1024:
-            raise ConfigError(
-                "config key 'data.params.image_size': expected an integer in "
-                f"[16, 1024], got {self.image_size}"
-            )
-        if not 0 <= self.test_fraction < 1:
-            raise ConfigError(
-                "config key 'data.params.test_fraction': expected a number in [0, 1), "
-                f"got {self.test_fraction}"
-            )
 
 
 @dataclass

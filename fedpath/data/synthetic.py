@@ -9,9 +9,7 @@ the train/test split is by slide.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated
 
 import numpy as np
 import torch
@@ -22,22 +20,7 @@ from fedpath.data.synthetic_render import (
     make_hospital_profiles,
     render_patches,
 )
-from fedpath.schema import Checked, Ge, Range
-
-
-@dataclass(frozen=True)
-class SyntheticParams(Checked):
-    """Size and shape of the synthetic federation (all deterministic from ``seed``)."""
-
-    config_section = "data.params"
-
-    num_hospitals: Annotated[int, Ge(1)] = 4
-    samples_per_hospital: Annotated[int, Ge(2)] = 400
-    image_size: Annotated[int, Range(16, 512)] = 64
-    slides_per_hospital: Annotated[int, Ge(1)] = 8
-    test_fraction: Annotated[float, Range(0, 1, hi_open=True)] = 0.25
-    tumour_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.5
-    seed: int = 0
+from fedpath.params.data import SyntheticParams
 
 
 @DATASETS.register("synthetic", params=SyntheticParams)

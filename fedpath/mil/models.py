@@ -17,16 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, is_dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from torch import Tensor, nn
 
 from fedpath.config import resolve_params
+from fedpath.params.mil import Dropout  # noqa: F401  (its old home)
 from fedpath.registry import MIL_MODELS
-from fedpath.schema import Range
-
-#: A dropout rate field of a model's params: 1 would zero every activation.
-Dropout = Annotated[float, Range(0, 1, hi_open=True)]
 
 
 @dataclass

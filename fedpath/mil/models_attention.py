@@ -10,8 +10,6 @@ in the auxiliary loss (see each class). Sizes default to the papers'
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -19,26 +17,13 @@ from torch import Tensor, nn
 
 from fedpath.mil.models import (
     MIL_MODELS,
-    Dropout,
     GatedAttention,
     MILModel,
     MILOutput,
     feature_reduction,
     label_index,
 )
-from fedpath.schema import Checked, Ge, Range
-
-
-@dataclass(frozen=True)
-class ABMILParams(Checked):
-    """ABMIL; ``hidden=None`` attends on the raw features (FedWSIDD's ABMIL)."""
-
-    config_section = "model.params"
-
-    hidden: Annotated[int | None, Ge(1)] = 512
-    attn_dim: Annotated[int, Ge(1)] = 256
-    dropout: Dropout = 0.25
-    gated: bool = True
+from fedpath.params.mil import ABMILParams, ACMILParams, CLAMParams
 
 
 class ABMIL(MILModel):
@@ -64,24 +49,6 @@ class ABMIL(MILModel):
         a = torch.softmax(self.attention(h), dim=1)  # (1, N)
         z = a @ h
         return MILOutput(self.classifier(z), a, self.zero(h), z)
-
-
-@dataclass(frozen=True)
-class CLAMParams(Checked):
-    """CLAM (Lu et al. 2021) defaults: B = 8 instances, bag weight 0.7.
-
-    ``k_sample=0`` or ``bag_weight=1`` switch the instance clustering off.
-    """
-
-    config_section = "model.params"
-
-    hidden: Annotated[int, Ge(1)] = 512
-    attn_dim: Annotated[int, Ge(1)] = 256
-    dropout: Dropout = 0.25
-    k_sample: Annotated[int, Ge(0)] = 8
-    bag_weight: Annotated[float, Range(0, 1, lo_open=True)] = 0.7
-    subtyping: bool = False
-    gated: bool = True
 
 
 class CLAM(MILModel):
@@ -179,23 +146,6 @@ def clam_sb(p: CLAMParams, in_dim: int, num_classes: int) -> MILModel:
 def clam_mb(p: CLAMParams, in_dim: int, num_classes: int) -> MILModel:
     """CLAM multi-branch (one attention branch per class), instance clustering."""
     return CLAM(p, in_dim, num_classes, multi_branch=True)
-
-
-@dataclass(frozen=True)
-class ACMILParams(Checked):
-    """ACMIL (Zhang et al. 2024) defaults: 5 branches, STKIM top-10, drop 0.6.
-
-    ``mask_drop < 1`` so that STKIM leaves every branch a patch to attend to.
-    """
-
-    config_section = "model.params"
-
-    hidden: Annotated[int, Ge(1)] = 256
-    attn_dim: Annotated[int, Ge(1)] = 128
-    n_token: Annotated[int, Ge(1)] = 5
-    n_masked_patch: Annotated[int, Ge(0)] = 10
-    mask_drop: Annotated[float, Range(0, 1, hi_open=True)] = 0.6
-    dropout: Dropout = 0.0
 
 
 class ACMIL(MILModel):

@@ -18,20 +18,17 @@ Defaults are CPU-sized (hidden 128, 4 heads, 64 landmarks); the paper uses
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Annotated
 
 import torch
 from torch import Tensor, nn
 
 from fedpath.mil.models import (
     MIL_MODELS,
-    Dropout,
     MILModel,
     MILOutput,
     feature_reduction,
 )
-from fedpath.schema import Check, Checked, Ge, require
+from fedpath.params.mil import TransMILParams
 
 
 def iterative_pinv(a: Tensor, iters: int = 6) -> Tensor:
@@ -140,39 +137,6 @@ class PPEG(nn.Module):
         grid = feat.T.reshape(1, -1, side, side)
         grid = grid + sum(conv(grid) for conv in self.convs)
         return torch.cat([cls, grid.flatten(2)[0].T])
-
-
-def _odd_or_0(k: int) -> bool:
-    return k == 0 or (k > 0 and k % 2 == 1)
-
-
-@dataclass(frozen=True)
-class TransMILParams(Checked):
-    """TransMIL sizes (CPU defaults; paper: hidden 512, 8 heads, 256 landmarks).
-
-    ``residual_kernel`` is odd (or 0, off): an even kernel's padding would make
-    the convolution on V one token longer than the sequence it is added to.
-    """
-
-    config_section = "model.params"
-
-    hidden: Annotated[int, Ge(1)] = 128
-    heads: Annotated[int, Ge(1)] = 4
-    landmarks: Annotated[int, Ge(1)] = 64
-    pinv_iterations: Annotated[int, Ge(0)] = 6
-    residual_kernel: Annotated[
-        int, Check("an odd integer >= 1, or 0 (off)", _odd_or_0)
-    ] = 33
-    dropout: Dropout = 0.1
-    ppeg: bool = True
-
-    def validate(self) -> None:
-        require(
-            self.hidden % self.heads == 0,
-            "heads",
-            f"a divisor of hidden ({self.hidden})",
-            self.heads,
-        )
 
 
 class TransLayer(nn.Module):

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import nn
 
 from fedpath.config import ConfigError, ModelConfig, resolve_params
+from fedpath.params.models import (  # noqa: F401  (Norm: its old home)
+    Norm,
+    ResNetParams,
+    SmallCNNParams,
+)
 from fedpath.registry import BACKBONES
 
 FeatureHook = Callable[[int, torch.Tensor], torch.Tensor]
@@ -149,9 +152,6 @@ def _float32(hook: FeatureHook | None) -> FeatureHook | None:
 # --------------------------------------------------------------------------- registry
 
 
-Norm = Literal["batch", "group", "instance", "none"]
-
-
 def _norm(kind: str, channels: int) -> nn.Module:
     if kind == "batch":
         return nn.BatchNorm2d(channels)
@@ -160,23 +160,6 @@ def _norm(kind: str, channels: int) -> nn.Module:
     if kind == "instance":
         return nn.InstanceNorm2d(channels, affine=True)
     return nn.Identity()
-
-
-@dataclass(frozen=True)
-class SmallCNNParams:
-    """widths: channels of the conv blocks (each conv3x3-norm-ReLU-maxpool2)."""
-
-    widths: list[int] | None = None
-    norm: Norm = "batch"
-
-    def __post_init__(self) -> None:
-        if self.widths is not None and (
-            not self.widths or any(w < 1 for w in self.widths)
-        ):
-            raise ConfigError(
-                f"config key 'model.params.widths': expected a non-empty list of "
-                f"positive integers, got {self.widths!r}"
-            )
 
 
 @BACKBONES.register("small_cnn", params=SmallCNNParams)
@@ -196,13 +179,6 @@ def small_cnn(params: SmallCNNParams, num_classes: int) -> FedModel:
         )
         c_in = w
     return FedModel(Encoder(nn.Identity(), stages, c_in), num_classes)
-
-
-@dataclass(frozen=True)
-class ResNetParams:
-    """torchvision ResNet, random init (pretrained only from ``model.weights``)."""
-
-    norm: Literal["batch", "group"] = "batch"
 
 
 def _resnet(arch: str, params: ResNetParams, num_classes: int) -> FedModel:

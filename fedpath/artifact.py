@@ -8,15 +8,22 @@ training-domain validation also a temperature and an operating point, both fitte
 on the sources' validation slides (:mod:`fedpath.runtime.selection`), which
 :meth:`LoadedModel.predict_proba` and :meth:`LoadedModel.decide` apply.
 
-File layout (format 1)::
+File layout (format 2)::
 
     b"FEDPATH-MODEL\\n"                 magic
     8 bytes little-endian               length of the JSON header
     JSON header                         metadata + sha256 + length of the payload
     payload                             torch.save(state_dict), loaded weights_only
+    32 bytes                            SHA-256 of everything above
 
-The header names the payload's length and SHA-256, so a truncated or corrupted file
-fails with an error naming it instead of loading garbage. Writing is atomic.
+The trailing SHA-256 covers the whole file, header included (class names, the
+threshold, the input size), so a truncated or altered file fails with an error
+naming it instead of loading garbage or inverting predictions. This is
+*integrity*, not *authenticity*: anyone who can write the file can also write a
+matching checksum; to know who made a model, compare its SHA-256 with one
+received from its maker over a channel you trust (or sign the file). Format 1
+files (checksum over the payload only) still load, with a warning. Writing is
+atomic.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import struct
 import time
 from dataclasses import asdict, dataclass, field
@@ -39,8 +47,11 @@ from fedpath.errors import ArtifactError
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.utils.io import atomic_write_bytes
 
+log = logging.getLogger("fedpath")
+
 MAGIC = b"FEDPATH-MODEL\n"
-FORMAT = 1
+#: 2: a SHA-256 of the whole file at its end (1: of the payload only)
+FORMAT = 2
 SUFFIX = ".fpm"
 
 
@@ -95,7 +106,8 @@ def save_model(path: Path, model: FedModel, meta: ModelMeta) -> Path:
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
     head = json.dumps(header, sort_keys=True).encode()
-    atomic_write_bytes(path, MAGIC + struct.pack("<Q", len(head)) + head + payload)
+    body = MAGIC + struct.pack("<Q", len(head)) + head + payload
+    atomic_write_bytes(path, body + hashlib.sha256(body).digest())
     return path
 
 
@@ -118,13 +130,26 @@ def read_model_file(path: Path) -> tuple[ModelMeta, dict[str, torch.Tensor]]:
             f"model file {where!r} is truncated or corrupted (unreadable header)"
         ) from None
     fmt = header.get("format")
-    if fmt != FORMAT:
+    if fmt not in (1, FORMAT):
         raise ArtifactError(
             f"model file {where!r} has format {fmt!r} (written by fedpath "
             f"{header.get('fedpath_version')}); this fedpath {__version__} reads "
-            f"format {FORMAT}"
+            f"formats 1 and {FORMAT}"
         )
     payload = blob[start + n_head :]
+    if fmt == FORMAT:  # the trailer covers magic, header and payload
+        payload, trailer = payload[:-32], payload[-32:]
+        if hashlib.sha256(blob[:-32]).digest() != trailer:
+            raise ArtifactError(
+                f"model file {where!r} is truncated or altered (the file's "
+                "SHA-256 does not match; header and weights are both covered)"
+            )
+    else:
+        log.warning(
+            "model file %s has format 1: its checksum does not cover the header "
+            "(class names, threshold); re-export it with this fedpath",
+            where,
+        )
     if len(payload) != header.get("payload_bytes"):
         raise ArtifactError(
             f"model file {where!r} is truncated: {len(payload)} of "

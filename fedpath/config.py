@@ -80,6 +80,20 @@ class ExperimentConfig(Checked):
             "distinct integers",
             self.seeds,
         )
+        require(
+            all(s >= 0 for s in self.seeds),
+            "seeds",
+            "integers >= 0 (they seed numpy, which refuses negative seeds)",
+            self.seeds,
+        )
+        for key, value in (("name", self.name), ("label", self.label)):
+            require(
+                value is None or _path_component(value),
+                key,
+                "a name usable as one folder (no '/', '\\', '..' or leading '.'), "
+                "it names the run directory under output_dir",
+                value,
+            )
         validating = self.partition.validation > 0
         require(
             not validating or self.evaluation.protocol == "classifier",
@@ -115,8 +129,14 @@ class ExperimentConfig(Checked):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def hash(self) -> str:
-        """Short stable hash of the resolved config (identifies a model's origin)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        """Short stable hash of the resolved config (identifies a model's origin).
+
+        ``output_dir`` is left out: it says where a run is kept, not what it is,
+        so a run directory moved elsewhere still resumes.
+        """
+        raw = self.to_dict()
+        raw.pop("output_dir", None)
+        blob = json.dumps(raw, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def replace(self, **overrides: Any) -> ExperimentConfig:
@@ -128,6 +148,16 @@ class ExperimentConfig(Checked):
 
 
 # --------------------------------------------------------------------------- loading
+
+
+def _path_component(text: str) -> bool:
+    return (
+        bool(text)
+        and not text.startswith(".")
+        and "/" not in text
+        and "\\" not in text
+        and "\0" not in text
+    )
 
 
 #: appended to "data not found" errors: where a user finds the datasets

@@ -19,12 +19,18 @@ class ArtifactError(ValueError):
     """An unreadable, corrupted or incompatible model file (the message names it)."""
 
 
+class ResumeError(RuntimeError):
+    """A run that cannot be resumed: its checkpoint is unreadable, corrupted, or
+    was written by another config (the message names the file and the fix)."""
+
+
 #: what ``fedpath``'s ``main`` reports as one ``error:`` line and exit code 2
 USER_ERRORS: tuple[type[Exception], ...] = (
     ConfigError,
     DataError,
     UnknownNameError,
     ArtifactError,
+    ResumeError,
 )
 
 __all__ = [
@@ -32,5 +38,6 @@ __all__ = [
     "ArtifactError",
     "ConfigError",
     "DataError",
+    "ResumeError",
     "UnknownNameError",
 ]

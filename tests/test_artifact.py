@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import struct
 from collections.abc import Callable
@@ -147,7 +148,7 @@ def test_corrupt_truncated_and_incompatible_files(
     blob = trained[0].read_bytes()
     bad = tmp_path / "flipped.fpm"
     bad.write_bytes(blob[:-10] + bytes([blob[-10] ^ 0xFF]) + blob[-9:])
-    with pytest.raises(ArtifactError, match=r"flipped.fpm' is corrupted \(checksum"):
+    with pytest.raises(ArtifactError, match=r"flipped.fpm' is truncated or altered"):
         load_model(bad)
     cut = tmp_path / "cut.fpm"
     cut.write_bytes(blob[: len(blob) // 2])
@@ -169,6 +170,32 @@ def test_corrupt_truncated_and_incompatible_files(
         load_model(old)
     assert main(["evaluate", str(cut), "synthetic:hospital_0"]) == 2
     assert "is truncated" in capsys.readouterr().err
+
+
+def test_the_checksum_covers_the_header(
+    trained: tuple[Path, dict, list[str]], tmp_path: Path
+) -> None:
+    blob = trained[0].read_bytes()
+    n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
+    head = json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
+    payload = blob[len(MAGIC) + 8 + n : -32]
+    assert head["format"] == 2 and len(payload) == head["payload_bytes"]
+    # reversed class names would silently invert every prediction
+    head["class_names"] = head["class_names"][::-1]
+    new = json.dumps(head, sort_keys=True).encode()
+    swapped = tmp_path / "swapped.fpm"
+    swapped.write_bytes(
+        MAGIC + struct.pack("<Q", len(new)) + new + payload + blob[-32:]
+    )
+    with pytest.raises(ArtifactError, match=r"swapped.fpm' is truncated or altered"):
+        load_model(swapped)
+    # a format-1 file (payload checksum only) still loads, with a warning
+    head["class_names"] = head["class_names"][::-1]
+    head["format"] = 1
+    old = json.dumps(head, sort_keys=True).encode()
+    v1 = tmp_path / "v1.fpm"
+    v1.write_bytes(MAGIC + struct.pack("<Q", len(old)) + old + payload)
+    assert load_model(v1).class_names == load_model(trained[0]).class_names
 
 
 def test_bad_data_inputs(
@@ -232,14 +259,15 @@ def selected(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list
 
 
 def rewrite_header(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    """A file written with an edited header (a valid checksum over it: as a
+    writer, not a tamperer, would produce it)."""
     blob = src.read_bytes()
     n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
     head = json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
     edit(head)
     new = json.dumps(head).encode()
-    dst.write_bytes(
-        MAGIC + struct.pack("<Q", len(new)) + new + blob[8 + n + len(MAGIC) :]
-    )
+    body = MAGIC + struct.pack("<Q", len(new)) + new + blob[8 + n + len(MAGIC) : -32]
+    dst.write_bytes(body + hashlib.sha256(body).digest())
     return dst
 
 

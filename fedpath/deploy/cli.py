@@ -44,6 +44,7 @@ from fedpath.runtime.flower import (
     NC_THREADS,
     RC_CONFIG,
     RC_ON_FAILURE,
+    RC_REGISTRY,
     RC_REPLY_TIMEOUT,
     RC_RESUME,
     RC_WAIT_NODES,
@@ -184,6 +185,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="cap on the SuperNode's idle waits in seconds (Flower's own: 3); "
         "0 or less keeps Flower's",
     )
+    pol = node.add_argument_group(
+        "node policy (what this node serves and what may leave it; "
+        "see fedpath/deploy/policy.py)"
+    )
+    pol.add_argument(
+        "--policy",
+        type=Path,
+        help="YAML policy file (default: every private algorithm, "
+        "max_upload_ratio 0.1, max_tokens 1000)",
+    )
+    pol.add_argument(
+        "--allow-non-private",
+        action="append",
+        default=[],
+        metavar="ALGORITHM",
+        help="also serve this non-private algorithm (it uploads images, labels or "
+        "real embeddings); repeatable; the node's log states it",
+    )
     dp = node.add_argument_group("local differential privacy (Flower's LocalDpMod)")
     _add_options(dp, DP_OPTIONS)
     node.add_argument("--dry-run", action="store_true", help="print the command only")
@@ -205,6 +224,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--wait-nodes", type=float, default=120.0, help="s to wait for the nodes"
     )
     run.add_argument("--on-failure", choices=["continue", "stop"], default="continue")
+    run.add_argument(
+        "--registry",
+        type=Path,
+        help="YAML 'client id: public key file' (each node must sign its hello "
+        "with the key registered for the client id it claims; default: ids are "
+        "self-declared)",
+    )
     run.add_argument("--app", type=Path, help="Flower app folder (default: written)")
     run.add_argument("--stream", action="store_true", help="follow the run's logs")
     run.add_argument("--dry-run", action="store_true", help="print the run config")
@@ -331,10 +357,19 @@ def _cmd_supernode(args: argparse.Namespace) -> int:
         raise ConfigError(
             "local DP needs --dp-clipping-norm, --dp-epsilon and --dp-delta together"
         )
+    from fedpath.deploy.policy import NC_POLICY, load_policy
+
+    policy = load_policy(args.policy, args.allow_non_private)
+    node_config[NC_POLICY] = policy.to_yaml()
+    print(policy.summary(), file=sys.stderr)
     if args.data_root is not None and not Path(args.data_root).exists():
         raise ConfigError(f"--data-root {args.data_root!r} does not exist")
     ca = None if args.insecure else _existing(args.ca, "CA certificate")
     private = None if args.key is None else _existing(args.key, "private key")
+    if private is not None:  # the same key signs the hellos (client-id binding)
+        from fedpath.deploy.identity import NC_IDENTITY_KEY
+
+        node_config[NC_IDENTITY_KEY] = str(private.resolve())
     worker = None
     if not args.no_worker:
         worker = args.worker_socket or worker_socket(args.port)
@@ -374,6 +409,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         RC_WAIT_NODES: float(args.wait_nodes),
         RC_ON_FAILURE: args.on_failure,
     }
+    if args.registry is not None:
+        import yaml
+
+        from fedpath.deploy.identity import load_registry
+
+        values[RC_REGISTRY] = yaml.safe_dump(load_registry(args.registry), width=10**6)
     with tempfile.TemporaryDirectory(prefix="fedpath-flower-") as tmp:
         app = args.app or write_app(Path(tmp) / "app")
         toml = run_config_file(values, Path(tmp))

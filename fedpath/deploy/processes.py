@@ -213,10 +213,18 @@ POLL_INTERVAL = 0.2
 def worker_socket(port: int) -> Path:
     """Default socket of the worker of the node whose app API is on ``port``.
 
-    Short on purpose (a Unix socket path has at most 107 bytes) and private to the
-    user: ``<tmp>/fedpath-<uid>/node-<port>.sock``.
+    Short on purpose (a Unix socket path has at most 107 bytes), in the user's
+    runtime directory (``$XDG_RUNTIME_DIR/fedpath``, private to the user by the
+    login manager), else ``<tmp>/fedpath-<uid>``; either way the worker and the
+    ClientApp refuse a folder that is not the user's alone
+    (:func:`~fedpath.deploy.worker_protocol.private_dir`).
     """
-    return Path(tempfile.gettempdir()) / f"fedpath-{os.getuid()}" / f"node-{port}.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        base = Path(runtime) / "fedpath"
+    else:
+        base = Path(tempfile.gettempdir()) / f"fedpath-{os.getuid()}"
+    return base / f"node-{port}.sock"
 
 
 def supernode_command(

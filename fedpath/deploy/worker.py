@@ -25,17 +25,25 @@ import argparse
 import logging
 import os
 import secrets
+import socket as pysocket
+import struct
 import sys
 import threading
 import time
 import traceback
-from multiprocessing.connection import Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (
+    Connection,
+    Listener,
+    answer_challenge,
+    deliver_challenge,
+)
 from pathlib import Path
 from typing import Any
 
 from flwr.app import Context
 
-from fedpath.deploy.worker_protocol import PING, STOP, key_path
+from fedpath.deploy.worker_protocol import PING, STOP, key_path, private_dir
 from fedpath.runtime.flower.client_app import handle_content
 
 log = logging.getLogger("fedpath")
@@ -51,41 +59,81 @@ def _write_key(socket: Path) -> bytes:
     return key
 
 
-def serve(socket: Path, ready: threading.Event | None = None) -> None:
-    """Answer stage requests on ``socket`` until a :data:`STOP` request arrives."""
-    socket.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+#: seconds a connection has to complete the HMAC handshake (a silent one would
+#: otherwise block the worker, which serves one connection at a time)
+AUTH_TIMEOUT = 5.0
+
+
+def serve(
+    socket: Path,
+    ready: threading.Event | None = None,
+    auth_timeout: float = AUTH_TIMEOUT,
+) -> None:
+    """Answer stage requests on ``socket`` until a :data:`STOP` request arrives.
+
+    The socket's folder must be this user's alone (:func:`private_dir`); the
+    socket and key files are removed when the worker stops, however it stops.
+    """
+    private_dir(socket.parent, create=True)
     socket.unlink(missing_ok=True)
     key = _write_key(socket)
-    # the socket file is created with the process umask; keep it private
-    old = os.umask(0o077)
     try:
-        listener = Listener(str(socket), family="AF_UNIX", authkey=key)
+        # the socket file is created with the process umask; keep it private
+        old = os.umask(0o077)
+        try:
+            # authkey=None: the handshake runs below, under a timeout
+            listener = Listener(str(socket), family="AF_UNIX")
+        finally:
+            os.umask(old)
+        log.info("fedpath worker: serving on %s (pid %d)", socket, os.getpid())
+        if ready is not None:
+            ready.set()
+        with listener:
+            _serve(listener, key, auth_timeout)
     finally:
-        os.umask(old)
-    log.info("fedpath worker: serving on %s (pid %d)", socket, os.getpid())
-    if ready is not None:
-        ready.set()
-    with listener:
-        while True:
+        socket.unlink(missing_ok=True)
+        key_path(socket).unlink(missing_ok=True)
+
+
+def _serve(listener: Listener, key: bytes, auth_timeout: float) -> None:
+    while True:
+        try:
+            conn = listener.accept()
+        except OSError as err:
+            log.warning("fedpath worker: a broken connection: %s", err)
+            continue
+        with conn:
             try:
-                conn = listener.accept()
-            except Exception as err:  # a client with a wrong key, a broken connect
-                log.warning("fedpath worker: refused a connection: %s", err)
+                _authenticate(conn, key, auth_timeout)
+            except (OSError, EOFError, AuthenticationError) as err:
+                log.warning("fedpath worker: refused a connection: %r", err)
                 continue
-            with conn:
-                try:
-                    request = conn.recv()
-                except (EOFError, OSError):
-                    continue
-                if request == STOP:
-                    conn.send(("ok", None, None))
-                    break
-                if request == PING:
-                    conn.send(("ok", os.getpid(), None))
-                    continue
-                conn.send(answer(request))
-    socket.unlink(missing_ok=True)
-    key_path(socket).unlink(missing_ok=True)
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                continue
+            if request == STOP:
+                conn.send(("ok", None, None))
+                return
+            if request == PING:
+                conn.send(("ok", os.getpid(), None))
+                continue
+            conn.send(answer(request))
+
+
+def _authenticate(conn: Connection, key: bytes, timeout: float) -> None:
+    """The HMAC challenge both ways (what ``Listener(authkey=...)`` does), each
+    read limited to ``timeout`` seconds (SO_RCVTIMEO), then blocking again."""
+    sock = pysocket.socket(fileno=os.dup(conn.fileno()))
+    try:
+        tv = struct.pack("ll", int(timeout), int((timeout % 1) * 1e6))
+        sock.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVTIMEO, tv)
+        deliver_challenge(conn, key)
+        answer_challenge(conn, key)
+        off = struct.pack("ll", 0, 0)
+        sock.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVTIMEO, off)
+    finally:
+        sock.close()  # the duplicate descriptor only; the option stays on the socket
 
 
 def answer(request: dict[str, Any]) -> tuple[str, Any, Any]:

@@ -16,6 +16,8 @@ answer is ``(status, value, extra)``: ``("ok", reply, state)`` or
 
 from __future__ import annotations
 
+import os
+import stat
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
@@ -39,9 +41,54 @@ def key_path(socket: Path) -> Path:
     return socket.with_name(socket.name + ".key")
 
 
-def _connect(socket: Path) -> Connection:
+def private_dir(folder: Path, create: bool = False) -> Path:
+    """``folder`` if only this user can use it (created 0700 with ``create``).
+
+    The socket's folder decides who can replace the socket and its key: a
+    folder another local user owns, or one that group or others may write, would
+    let that user put their own worker there and receive (and answer, with
+    pickles) the node's stages. Such a folder is refused, not repaired.
+    """
+    if create:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        key = key_path(socket).read_bytes()
+        st = os.lstat(folder)
+    except OSError as err:
+        raise WorkerError(f"the worker's socket folder {folder}: {err}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise WorkerError(
+            f"the worker's socket folder {folder} is not a directory (a symlink?); "
+            "refused: remove it or pass --worker-socket in a folder of your own"
+        )
+    if st.st_uid != os.getuid():
+        raise WorkerError(
+            f"the worker's socket folder {folder} belongs to uid {st.st_uid}, not to "
+            f"this node's user (uid {os.getuid()}); refused: another user could "
+            "swap the socket. Remove it or pass --worker-socket elsewhere"
+        )
+    if st.st_mode & 0o022:
+        raise WorkerError(
+            f"the worker's socket folder {folder} is writable by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):o}); refused: chmod 700 it or pass "
+            "--worker-socket elsewhere"
+        )
+    return folder
+
+
+def _read_key(socket: Path) -> bytes:
+    path = key_path(socket)
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise WorkerError(
+            f"the worker's key {path} is not a private file of this user; refused"
+        )
+    return path.read_bytes()
+
+
+def _connect(socket: Path) -> Connection:
+    private_dir(socket.parent)
+    try:
+        key = _read_key(socket)
         return Client(str(socket), family="AF_UNIX", authkey=key)
     except OSError as err:
         raise WorkerError(

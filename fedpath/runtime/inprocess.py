@@ -43,9 +43,12 @@ from fedpath.runtime.persistence import (  # noqa: F401  (re-exported names)
     RESULTS,
     Checkpoint,
     ResumeError,
+    check_same_config,
+    checkpoint_bytes,
     load_checkpoint,
     save_checkpoint,
     save_final,
+    write_checkpoint,
 )
 from fedpath.runtime.selection import Selector, exported_decision
 from fedpath.types import ArrayDict, ClientState, Payload
@@ -147,15 +150,19 @@ class InProcessRun:
     def run(self, resume: bool = False) -> dict[str, Any]:
         """Run (or continue) all rounds; return the final evaluation record."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.run_dir.glob(".*.tmp"):  # a write killed mid-way
+            stale.unlink(missing_ok=True)
         start = 1
         if resume:
             done = self.run_dir / FINAL
             if done.is_file():
+                record = dict(json.loads(done.read_text()))
+                check_same_config(self.run_dir, record, self.cfg)
                 self.reporter.skip_run(self._label(), self.cfg.train.rounds)
-                return dict(json.loads(done.read_text()))
+                return record
             start = self._restore() + 1
-        else:
-            for name in (RESULTS, CHECKPOINT, FINAL):
+        else:  # a fresh run: nothing of an earlier one may stay beside it
+            for name in (RESULTS, CHECKPOINT, FINAL, MODEL):
                 (self.run_dir / name).unlink(missing_ok=True)
         atomic_write_text(self.run_dir / "config.yaml", self.cfg.to_yaml())
         rounds = self.cfg.train.rounds
@@ -237,8 +244,10 @@ class InProcessRun:
                 **logs,
             },
         )
-        if self.cfg.runtime.checkpoint:
-            self._checkpoint(rnd)
+        # the round's records go out before its checkpoint: a crash in between
+        # resumes from the previous checkpoint and drops this round's records,
+        # so no record of a checkpointed round can be lost
+        blob = self._checkpoint_bytes(rnd) if self.cfg.runtime.checkpoint else None
         times.checkpoint = time.perf_counter() - t0
         self._append(
             "timing",
@@ -250,6 +259,8 @@ class InProcessRun:
                 "checkpoint_s": times.checkpoint,
             },
         )
+        if blob is not None:
+            write_checkpoint(self.run_dir, blob)
         target = evaluation.get("target", {})
         summary = f"acc {target['accuracy']:.3f}" if "accuracy" in target else ""
         log.info("%s round %d done %s", self._label(), rnd, summary)
@@ -351,14 +362,13 @@ class InProcessRun:
 
     # ------------------------------------------------------------------ persistence
 
-    def _checkpoint(self, rnd: int) -> None:
+    def _checkpoint_bytes(self, rnd: int) -> bytes:
+        """The state after round ``rnd``, serialized (written after the records)."""
         selected = self.selector.state() if self.selector is not None else None
         ckpt = Checkpoint(
             rnd, self.server.state(), self.states, self._last_eval, selected
         )
-        save_checkpoint(
-            self.run_dir, ckpt, self.cfg.hash(), self.fold.target, self.seed
-        )
+        return checkpoint_bytes(ckpt, self.cfg.hash(), self.fold.target, self.seed)
 
     def _restore(self) -> int:
         """Load the checkpoint if any; return the last completed round (0: none)."""

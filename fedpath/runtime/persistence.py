@@ -11,25 +11,27 @@ resumed run writes exactly the records of an uninterrupted one.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedpath.errors import ResumeError
 from fedpath.types import ClientState, Payload, payload_from_tree, payload_to_tree
-from fedpath.utils.io import atomic_torch_save, atomic_write_text, read_jsonl
+from fedpath.utils.io import atomic_write_bytes, atomic_write_text, read_jsonl
+
+if TYPE_CHECKING:
+    from fedpath.config import ExperimentConfig
 
 CHECKPOINT = "checkpoint.pt"
 RESULTS = "results.jsonl"
 FINAL = "final.json"
 MODEL = "model.fpm"
-
-
-class ResumeError(RuntimeError):
-    """A checkpoint that cannot be resumed (unreadable, or from another config)."""
 
 
 @dataclass
@@ -55,6 +57,16 @@ def save_checkpoint(
     seed: int,
 ) -> None:
     """Write ``checkpoint.pt`` atomically (tensors and plain values only)."""
+    write_checkpoint(run_dir, checkpoint_bytes(ckpt, config_hash, fold, seed))
+
+
+def write_checkpoint(run_dir: Path, blob: bytes) -> None:
+    """Write serialized checkpoint bytes atomically (temp file, fsync, rename)."""
+    atomic_write_bytes(run_dir / CHECKPOINT, blob)
+
+
+def checkpoint_bytes(ckpt: Checkpoint, config_hash: str, fold: str, seed: int) -> bytes:
+    """The checkpoint serialized with its digest (see :func:`write_checkpoint`)."""
     tree: dict[str, Any] = {
         "format": 1,
         "round": ckpt.round,
@@ -67,7 +79,37 @@ def save_checkpoint(
     }
     if ckpt.selected is not None:  # absent without validation: the old layout
         tree["selected"] = payload_to_tree(ckpt.selected)
-    atomic_torch_save(tree, run_dir / CHECKPOINT)
+    tree["digest"] = tree_digest(tree)
+    buf = io.BytesIO()
+    torch.save(tree, buf)
+    return buf.getvalue()
+
+
+def tree_digest(tree: Mapping[str, Any]) -> str:
+    """SHA-256 over every value of a checkpoint tree (tensor bytes, dtypes and
+    shapes included), in sorted key order; the ``digest`` entry itself excluded.
+
+    torch's zip container checks no checksum of the tensor data, so a flipped
+    byte would load as a wrong weight; this digest is verified before a resume.
+    """
+    h = hashlib.sha256()
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key in sorted(node, key=str):
+                if prefix or key != "digest":
+                    walk(f"{prefix}/{key}", node[key])
+            return
+        h.update(prefix.encode() + b"\0")
+        if isinstance(node, torch.Tensor):
+            t = node.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr(node).encode())
+
+    walk("", tree)
+    return h.hexdigest()
 
 
 def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
@@ -81,6 +123,16 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
         raw = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise ResumeError(f"cannot read checkpoint {path}: {err}") from None
+    if not isinstance(raw, dict) or "digest" not in raw:
+        raise ResumeError(
+            f"checkpoint {path} has no digest (written by an older fedpath, or not "
+            "a fedpath checkpoint); start the run afresh"
+        )
+    if raw["digest"] != tree_digest(raw):
+        raise ResumeError(
+            f"checkpoint {path} is corrupted (its digest does not match its "
+            "contents); delete it to start the run afresh"
+        )
     if raw.get("config_hash") != config_hash:
         raise ResumeError(
             f"{path} was written by a different config (hash "
@@ -99,6 +151,45 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
     )
     truncate_results(run_dir / RESULTS, ckpt.round)
     return ckpt
+
+
+def check_same_config(
+    run_dir: Path, final: Mapping[str, Any], cfg: ExperimentConfig
+) -> None:
+    """Refuse to hand back a finished run's results for a changed config.
+
+    ``--resume`` skips finished runs; if the config changed since, their results
+    would be returned as the new config's. The differing keys are named (from the
+    run's ``config.yaml``).
+    """
+    if final.get("config_hash") == cfg.hash():
+        return
+    keys: list[str] = []
+    saved = run_dir / "config.yaml"
+    if saved.is_file():
+        import yaml
+
+        old = _flat(yaml.safe_load(saved.read_text()) or {})
+        new = _flat(cfg.to_dict())
+        keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        keys = [k for k in keys if k != "output_dir"]
+    shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
+    raise ResumeError(
+        f"{run_dir} finished with another config (differing keys: "
+        f"{shown or 'unknown'}); --resume would return its old results: run "
+        "without --resume to redo it, or choose another name/output_dir"
+    )
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
 
 
 def truncate_results(path: Path, last_round: int) -> None:

@@ -235,3 +235,72 @@ def test_cli_supernode_runs_with_a_worker_unless_told_not_to(
     assert "worker" not in plain and "fedpath.deploy.node" not in plain
     assert main([*base, "--worker-socket", "/tmp/" + "x" * 120]) != 0
     assert "shorter than 100 characters" in capsys.readouterr().err
+
+
+def test_a_socket_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="fpw"))
+    try:
+        folder.chmod(0o777)  # e.g. pre-created by another local user
+        sock = folder / "w.sock"
+        with pytest.raises(worker_protocol.WorkerError, match="writable by group"):
+            worker.serve(sock)
+        with pytest.raises(worker_protocol.WorkerError, match="writable by group"):
+            worker_protocol.ping(sock)  # the calling side checks it as well
+        folder.chmod(0o700)
+        link = Path(tempfile.mkdtemp(prefix="fpl")) / "d"
+        link.symlink_to(folder)
+        with pytest.raises(worker_protocol.WorkerError, match="not a directory"):
+            worker.serve(link / "w.sock")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_socket_folder_of_another_user_is_refused() -> None:
+    import os
+
+    if os.getuid() != 0:
+        pytest.skip("chown to another user needs root")
+    folder = Path(tempfile.mkdtemp(prefix="fpw"))
+    try:
+        os.chown(folder, 54321, -1)
+        with pytest.raises(worker_protocol.WorkerError, match="belongs to uid 54321"):
+            worker.serve(folder / "w.sock")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_silent_connection_does_not_block_the_worker() -> None:
+    import socket as pysocket
+
+    folder = Path(tempfile.mkdtemp(prefix="fpw"))
+    sock = folder / "w.sock"
+    ready = threading.Event()
+    thread = threading.Thread(target=worker.serve, args=(sock, ready, 0.3), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    silent = pysocket.socket(pysocket.AF_UNIX)
+    silent.connect(str(sock))  # connects, never answers the challenge
+    answered: list[int] = []
+    pinger = threading.Thread(
+        target=lambda: answered.append(worker_protocol.ping(sock)), daemon=True
+    )
+    try:
+        pinger.start()  # the worker drops the silent one after 0.3 s, then answers
+        pinger.join(10)
+        assert answered and answered[0] > 0, "a silent connection blocked the worker"
+    finally:
+        silent.close()
+    worker_protocol.stop(sock)
+    thread.join(10)
+    # stopping removes the socket and its key
+    assert not sock.exists() and not worker_protocol.key_path(sock).exists()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_default_socket_is_in_the_users_runtime_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert processes.worker_socket(9094) == tmp_path / "fedpath" / "node-9094.sock"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert processes.worker_socket(9094).parent.name.startswith("fedpath-")

@@ -46,6 +46,8 @@ RC_RESUME = "resume"
 RC_REPLY_TIMEOUT = "reply-timeout"
 RC_WAIT_NODES = "wait-nodes"
 RC_ON_FAILURE = "on-failure"
+#: client id -> the OpenSSH public key that must sign its hellos (YAML mapping)
+RC_REGISTRY = "client-registry"
 
 #: Node-config keys (``flower-supernode --node-config``).
 NC_CLIENT = "client-id"

@@ -58,6 +58,15 @@ from flwr.common.constant import ErrorCode
 
 from fedpath import __version__
 from fedpath.config import ConfigError, ExperimentConfig, build_config
+from fedpath.deploy.identity import NC_IDENTITY_KEY
+from fedpath.deploy.policy import (
+    NON_PRIVATE,
+    UPLOADS,
+    check_reply,
+    check_run,
+    check_stage,
+    node_policy,
+)
 from fedpath.runtime.flower import (
     EVALUATE_STAGE,
     META,
@@ -301,6 +310,16 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
     seed, target = header_int(meta, "seed"), header_str(meta, "target")
     sources = header_strs(meta, "sources")
     cfg = node_experiment(context)
+    policy = node_policy(context.node_config)  # the hospital's rules, every message
+    check_run(policy, cfg)
+    check_stage(policy, cfg, stage)
+    if cfg.algorithm.name in NON_PRIVATE:
+        log.warning(
+            "client %s serves non-private %s (%s): opted in by the node policy",
+            cid,
+            cfg.algorithm.name,
+            UPLOADS[cfg.algorithm.name],
+        )
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     dataset = node_dataset(cfg)
@@ -329,6 +348,7 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
         reply = Payload({}, half.evaluate(payload, state))
     else:
         reply = half.handle(stage, payload, state)
+    check_reply(policy, cfg, stage, reply, getattr(dataset, "image_size", None))
     clear_records(context.state, prefix)
     payload_to_records(state, context.state, prefix)
     if state_dir and stage != EVALUATE_STAGE:  # evaluating leaves the state as is
@@ -394,9 +414,23 @@ def hello(msg: Message, context: Context) -> Message:
     """Tell the coordinator which client this node serves."""
     try:
         cid = node_client_id(context)
+        # refuse at once a run this node's policy would refuse at every stage
+        # (the run's own config: the node's data options do not change it)
+        if context.run_config.get(RC_CONFIG):
+            run = experiment_from_run_config(context.run_config)
+            check_run(node_policy(context.node_config), run)
     except Exception as err:
         return error_reply(msg, context, err)
     record = ConfigRecord({"client": cid, "protocol": PROTOCOL, "fedpath": __version__})
+    nonce = msg.content.config_records.get(META, ConfigRecord()).get("challenge")
+    key = context.node_config.get(NC_IDENTITY_KEY)
+    if nonce and key:  # prove this node holds the key registered for cid
+        from fedpath.deploy.identity import sign_hello
+
+        try:
+            record["signature"] = sign_hello(Path(str(key)), str(nonce), cid)
+        except Exception as err:
+            return error_reply(msg, context, err)
     return Message(RecordDict({META: record}), reply_to=msg)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import yaml
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
@@ -23,6 +24,7 @@ from fedpath.runtime.flower import (
     META,
     PROTOCOL,
     RC_ON_FAILURE,
+    RC_REGISTRY,
     RC_REPLY_TIMEOUT,
     RC_RESUME,
     RC_WAIT_NODES,
@@ -40,6 +42,9 @@ class FlowerSettings:
     reply_timeout: float = 600.0
     wait_nodes: float = 120.0
     on_failure: Literal["continue", "stop"] = "continue"
+    #: client id -> public key (OpenSSH line) that must sign the node's hello;
+    #: None: client ids are self-declared (:mod:`fedpath.deploy.identity`)
+    registry: Mapping[str, str] | None = field(default=None, compare=False)
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> FlowerSettings:
@@ -61,33 +66,70 @@ class FlowerSettings:
                 f"Flower run config {RC_ON_FAILURE!r}: expected 'continue' or 'stop', "
                 f"got {on_failure!r}"
             )
+        registry = None
+        if rc.get(RC_REGISTRY):
+            raw = yaml.safe_load(str(rc[RC_REGISTRY]))
+            if not isinstance(raw, Mapping) or not raw:
+                raise ConfigError(
+                    f"Flower run config {RC_REGISTRY!r}: expected a mapping "
+                    "'client id: public key'"
+                )
+            registry = {str(k): str(v) for k, v in raw.items()}
         return cls(
             resume=bool(rc.get(RC_RESUME, False)),
             reply_timeout=number(RC_REPLY_TIMEOUT, cls.reply_timeout),
             wait_nodes=number(RC_WAIT_NODES, cls.wait_nodes),
             on_failure=on_failure,
+            registry=registry,
         )
 
 
 class NodeDirectory:
-    """Which node serves which client: asked once per node (``query.hello``)."""
+    """Which node serves which client: asked once per node (``query.hello``).
 
-    def __init__(self, grid: Grid, timeout: float) -> None:
+    A claim is accepted once and kept while its node is live. With a
+    ``registry`` (client id -> public key) the node must sign the hello's
+    challenge with the key registered for the id it claims; a claim of an id
+    that a live node already serves is refused, and two new nodes claiming one
+    id in the same round of hellos are both refused (neither can be told
+    genuine). Every refusal is logged naming the node and the id.
+    """
+
+    def __init__(
+        self, grid: Grid, timeout: float, registry: Mapping[str, str] | None = None
+    ) -> None:
         self.grid = grid
         # a hello needs no data or model: a node silent this long is not there
         # (asked again at the next refresh, until the SuperLink drops it)
         self.timeout = min(timeout, 60.0)
+        self.registry = registry
         self.client_of: dict[int, str] = {}
         self.unusable: set[int] = set()
+        #: node -> the reason its node policy gave for refusing this run
+        self.refused: dict[int, str] = {}
+        if registry is None:
+            log.warning(
+                "client ids are self-declared by the nodes: start runs with "
+                "--registry to bind each client id to its node's key"
+            )
 
     def refresh(self) -> dict[str, int]:
         """Ask new nodes who they are; return client id -> node id of live nodes."""
+        from fedpath.deploy.identity import challenge
+
         live = set(self.grid.get_node_ids())
         new = sorted(live - set(self.client_of) - self.unusable)
         if new:
+            nonces = {node: challenge() for node in new}
             messages = [
                 Message(
-                    RecordDict({META: ConfigRecord({"protocol": PROTOCOL})}),
+                    RecordDict(
+                        {
+                            META: ConfigRecord(
+                                {"protocol": PROTOCOL, "challenge": nonces[node]}
+                            )
+                        }
+                    ),
                     dst_node_id=node,
                     message_type=HELLO_MESSAGE,
                 )
@@ -97,49 +139,91 @@ class NodeDirectory:
             node_of = {
                 i: m.metadata.dst_node_id for i, m in zip(ids, messages, strict=True)
             }
+            claims: dict[int, str] = {}
             for reply in replies:
                 node = node_of.get(
                     reply.metadata.reply_to_message_id, reply.metadata.src_node_id
                 )
-                if reply.has_error():
-                    log.error("node %d cannot serve: %s", node, reply.error.reason)
+                client = self._claim(node, reply, nonces.get(node, ""))
+                if client is None:
                     self.unusable.add(node)
-                    continue
-                try:
-                    meta = reply.content.config_records[META]
-                    protocol = header_int(meta, "protocol")
-                    client = header_str(meta, "client")
-                except (KeyError, RecordError) as err:
-                    log.error("node %d: unreadable hello reply: %s", node, err)
-                    self.unusable.add(node)
-                    continue
-                if protocol != PROTOCOL:
-                    log.error(
-                        "node %d speaks fedpath protocol %s (fedpath %s), the "
-                        "coordinator %d; ignored",
-                        node,
-                        protocol,
-                        meta.get("fedpath"),
-                        PROTOCOL,
-                    )
-                    self.unusable.add(node)
-                    continue
+                else:
+                    claims[node] = client
+            self._accept(claims, live)
+        return {
+            cid: node for node, cid in sorted(self.client_of.items()) if node in live
+        }
+
+    def _claim(self, node: int, reply: Message, nonce: str) -> str | None:
+        """The client id a hello reply validly claims, or None (logged)."""
+        if reply.has_error():
+            reason = reply.error.reason or ""
+            log.error("node %d cannot serve: %s", node, reason)
+            if "PolicyError" in reason:
+                self.refused[node] = reason
+            return None
+        try:
+            meta = reply.content.config_records[META]
+            protocol = header_int(meta, "protocol")
+            client = header_str(meta, "client")
+        except (KeyError, RecordError) as err:
+            log.error("node %d: unreadable hello reply: %s", node, err)
+            return None
+        if protocol != PROTOCOL:
+            log.error(
+                "node %d speaks fedpath protocol %s (fedpath %s), the "
+                "coordinator %d; ignored",
+                node,
+                protocol,
+                meta.get("fedpath"),
+                PROTOCOL,
+            )
+            return None
+        if self.registry is not None:
+            from fedpath.deploy.identity import verify_hello
+
+            if client not in self.registry:
+                log.error(
+                    "node %d claims client %s, which the client registry does not "
+                    "list; refused",
+                    node,
+                    client,
+                )
+                return None
+            signature = str(meta.get("signature", ""))
+            if not verify_hello(self.registry[client], nonce, client, signature):
+                log.error(
+                    "node %d claims client %s but did not sign with the key "
+                    "registered for it; refused",
+                    node,
+                    client,
+                )
+                return None
+        return client
+
+    def _accept(self, claims: dict[int, str], live: set[int]) -> None:
+        """Record new claims; refuse ids served already or claimed twice."""
+        served = {cid: n for n, cid in self.client_of.items() if n in live}
+        for node, client in sorted(claims.items()):
+            rivals = sorted(n for n, c in claims.items() if c == client and n != node)
+            if client in served:
+                log.error(
+                    "node %d claims client %s, which node %d already serves; refused",
+                    node,
+                    client,
+                    served[client],
+                )
+                self.unusable.add(node)
+            elif rivals:
+                log.error(
+                    "nodes %s all claim client %s; none is used",
+                    [node, *rivals],
+                    client,
+                )
+                self.unusable.add(node)
+            else:
                 self.client_of[node] = client
                 log.info("node %d serves client %s", node, client)
-        out: dict[str, int] = {}
-        for node in sorted(live & set(self.client_of)):
-            cid = self.client_of[node]
-            if cid in out:
-                log.error(
-                    "nodes %d and %d both serve client %s; using %d",
-                    out[cid],
-                    node,
-                    cid,
-                    out[cid],
-                )
-                continue
-            out[cid] = node
-        return out
 
 
 def send_and_receive(

@@ -102,7 +102,9 @@ class FlowerRun(InProcessRun):
         super().__init__(cfg, dataset, fold, seed, run_dir, reporter)
         self.grid = grid
         self.settings = settings
-        self.directory = directory or NodeDirectory(grid, settings.reply_timeout)
+        self.directory = directory or NodeDirectory(
+            grid, settings.reply_timeout, settings.registry
+        )
         self.states = {}  # client states live in each node's context.state
         self.nodes: dict[str, int] = {}
         self._waited = False
@@ -124,6 +126,11 @@ class FlowerRun(InProcessRun):
         if not self._waited:
             self._waited = True
             missing = sorted(roster - set(nodes))
+            if not nodes and self.directory.refused:
+                reasons = "; ".join(sorted(set(self.directory.refused.values())))
+                raise RuntimeError(
+                    f"no node serves this run: their node policies refuse it: {reasons}"
+                )
             if missing:
                 log.warning("no node serves clients %s (yet)", missing)
             extra = sorted(set(found) - roster)
@@ -262,7 +269,7 @@ def run_federation(
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     dataset = prepare_dataset(cfg, load_dataset(cfg.data), reporter)
-    directory = NodeDirectory(grid, settings.reply_timeout)
+    directory = NodeDirectory(grid, settings.reply_timeout, settings.registry)
     records = []
     plan = plan_runs(cfg, dataset)
     if reporter is not None:

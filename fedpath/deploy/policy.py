@@ -1,0 +1,339 @@
+"""The node policy: what a hospital's node will run, and what may leave it.
+
+A coordinator chooses the experiment; a hospital decides what its node serves.
+The policy is set when the node starts (``fedpath flower supernode --policy
+FILE``, plus ``--allow-non-private NAME``), travels in the node config (never in
+the coordinator's run config) and is enforced on the node, for every message:
+
+1. **before any work** (:func:`check_run`, also answering the coordinator's
+   ``hello``): the run's algorithm must be one the node serves, and the run may
+   not ask for more than the caps (share of images whose statistics are
+   uploaded, synthetic tokens per slide, rounds);
+2. **per stage** (:func:`check_stage`): a stage that uploads raw data (the
+   pooled upper bounds' ``upload``) needs the algorithm's explicit opt-in, and
+   an unknown stage is refused;
+3. **on the reply** (:func:`check_reply`), whatever the algorithm code did: no
+   array shaped like an image of the node's dataset unless raw data was opted
+   in, at most ``max_statistics`` statistics rows per upload, at most
+   ``max_tokens`` tokens per synthetic slide.
+
+A refusal raises :class:`PolicyError` naming the rule and how the hospital would
+change it; the node turns it into an error reply, so the coordinator's log says
+why, instead of waiting for a silent node.
+
+The default policy serves every algorithm whose uploads are weights, statistics,
+amplitude spectra or synthetic slides (:data:`UPLOADS`), and refuses the
+non-private ones (:data:`NON_PRIVATE`: they upload images, labels or real
+embeddings) until the policy names them in ``allow_non_private``; an algorithm
+this module does not know (a plugin) counts as non-private. A policy file::
+
+    # what this node serves (default: every private algorithm)
+    algorithms: [fedavg, fedprox, fedbn, fedstain]
+    allow_non_private: []      # e.g. [central_supervised] for a pooled baseline
+    max_upload_ratio: 0.1      # FedStain / FedCCRL / FedAlign upload_ratio
+    max_statistics: null       # statistics rows per upload (null: no cap)
+    max_tokens: 1000           # FedHD synthetic tokens per slide
+    max_rounds: null           # rounds a run may ask for (null: no cap)
+
+This module imports neither PyTorch nor Flower: ``fedpath flower supernode``
+checks and prints the policy before it starts anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import yaml
+
+from fedpath.schema import Checked, ConfigError, Ge, Range, from_mapping
+
+if TYPE_CHECKING:
+    from fedpath.config import ExperimentConfig
+    from fedpath.types import Payload
+
+#: What each built-in algorithm's clients send up, besides scalars (counts,
+#: losses). A test checks that every registered algorithm is listed.
+UPLOADS: dict[str, str] = {
+    "fedavg": "weights",
+    "fedprox": "weights",
+    "fedbn": "weights (normalization layers stay local)",
+    "strap": "weights",
+    "fedstain": "weights and per-image stain statistics",
+    "fedccrl": "weights and per-image channel mean/std",
+    "fedalign": "weights and per-image channel mean/std",
+    "fedavg_ssl": "weights",
+    "fedprox_ssl": "weights",
+    "moon": "weights",
+    "fedad": "encoder weights",
+    "feddis": "weights of the invariant part",
+    "elcfs": "weights and low-frequency amplitude spectra of 8 images",
+    "fedavg_mil": "MIL model weights",
+    "fedprox_mil": "MIL model weights",
+    "local_mil": "metrics only",
+    "fedhd": "synthetic slides (distilled embeddings) and their labels",
+    "central_supervised": "every training image and its label",
+    "central_simclr": "every training image",
+    "pooled_mil": "every real slide's patch embeddings and label",
+}
+#: The algorithms that upload raw data (images, labels, real embeddings): the
+#: non-private upper bounds, served only with the hospital's explicit opt-in.
+NON_PRIVATE = frozenset({"central_supervised", "central_simclr", "pooled_mil"})
+
+#: What a stage's reply carries (the stage names of :mod:`fedpath.algorithms.names`)
+STAGES: dict[str, str] = {
+    "fit": "weights",
+    "stats": "statistics",
+    "distill": "synthetic slides",
+    "amplitude": "amplitude spectra",
+    "upload": "raw data (images, labels or real embeddings)",
+    "fedpath.evaluate": "metrics",
+}
+RAW_STAGE = "upload"
+#: node-config key holding the policy (YAML text of the mapping)
+NC_POLICY = "policy"
+
+
+class PolicyError(ConfigError):
+    """The node's policy refuses the run, a stage or a reply (names the rule)."""
+
+
+@dataclass(frozen=True)
+class NodePolicy(Checked):
+    """A hospital's rules for its node (module docstring)."""
+
+    #: the algorithms this node serves; None: every private one
+    algorithms: tuple[str, ...] | None = None
+    #: non-private algorithms the hospital opts in to
+    allow_non_private: tuple[str, ...] = ()
+    max_upload_ratio: Annotated[float, Range(0.0, 1.0)] = 0.1
+    max_statistics: Annotated[int, Ge(0)] | None = None
+    max_tokens: Annotated[int, Ge(1)] = 1000
+    max_rounds: Annotated[int, Ge(1)] | None = None
+
+    def serves(self, name: str) -> bool:
+        if name in self.allow_non_private:
+            return True
+        if name in NON_PRIVATE or name not in UPLOADS:
+            return False
+        return self.algorithms is None or name in self.algorithms
+
+    def summary(self) -> str:
+        """One line for the node's log."""
+        served = sorted(n for n in UPLOADS if self.serves(n))
+        extra = sorted(set(self.allow_non_private) - set(UPLOADS))
+        caps = (
+            f"max_upload_ratio {self.max_upload_ratio:g}, max_statistics "
+            f"{self.max_statistics}, max_tokens {self.max_tokens}, max_rounds "
+            f"{self.max_rounds}"
+        )
+        opted = sorted(set(self.allow_non_private))
+        text = f"node policy: serves {', '.join(served + extra)}; {caps}"
+        if opted:
+            what = "; ".join(
+                f"{n} uploads {UPLOADS.get(n, 'unknown data')}" for n in opted
+            )
+            text += f"; NON-PRIVATE algorithms opted in: {what}"
+        return text
+
+    def to_yaml(self) -> str:
+        """One line of flow-style YAML (Flower's --node-config carries no newline
+        or quote)."""
+        raw = dataclasses.asdict(self)
+        for key in ("algorithms", "allow_non_private"):
+            if raw[key] is not None:
+                raw[key] = list(raw[key])
+        text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=True)
+        return " ".join(text.split())
+
+
+def parse_policy(raw: Any, where: str) -> NodePolicy:
+    """A policy from a mapping; errors name ``where`` and the key."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of policy keys")
+    try:
+        policy = from_mapping(NodePolicy, dict(raw), "")
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    for key in ("algorithms", "allow_non_private"):
+        unknown = [n for n in getattr(policy, key) or () if not _known(n)]
+        if unknown:
+            raise ConfigError(
+                f"{where}: {key} names unknown algorithm(s) {unknown}; known: "
+                f"{', '.join(sorted(UPLOADS))} (or a plugin's registered name)"
+            )
+    return policy
+
+
+def _known(name: str) -> bool:
+    if name in UPLOADS:
+        return True
+    from fedpath.registry import ALGORITHMS  # plugins (loads them)
+
+    return name in ALGORITHMS
+
+
+def load_policy(path: Path | None, allow_non_private: Iterable[str] = ()) -> NodePolicy:
+    """The policy file (or the default policy), plus opt-ins from the command line."""
+    raw: dict[str, Any] = {}
+    where = "the default node policy"
+    if path is not None:
+        where = f"node policy {str(path)!r}"
+        if not path.is_file():
+            raise ConfigError(f"{where} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{where} is not valid YAML: {err}") from None
+        if loaded is not None and not isinstance(loaded, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of policy keys")
+        raw = dict(loaded or {})
+    extra = list(allow_non_private)
+    if extra:
+        raw["allow_non_private"] = [*(raw.get("allow_non_private") or []), *extra]
+    return parse_policy(raw, where)
+
+
+def node_policy(node_config: Mapping[str, Any]) -> NodePolicy:
+    """The policy a node was started with (the default one if none)."""
+    text = node_config.get(NC_POLICY)
+    if text is None:
+        return NodePolicy()
+    try:
+        raw = yaml.safe_load(str(text))
+    except yaml.YAMLError as err:
+        raise PolicyError(
+            f"node config {NC_POLICY!r} is not valid YAML: {err}"
+        ) from None
+    return parse_policy(raw, f"node config {NC_POLICY!r}")
+
+
+def _refuse(rule: str, message: str, fix: str) -> PolicyError:
+    return PolicyError(f"node policy refuses ({rule}): {message}; {fix}")
+
+
+def check_run(policy: NodePolicy, cfg: ExperimentConfig) -> None:
+    """Refuse a run the node does not serve, or one that asks for more than the caps."""
+    name = cfg.algorithm.name
+    if not policy.serves(name):
+        what = UPLOADS.get(name, "data this node's policy does not classify")
+        if name in NON_PRIVATE or name not in UPLOADS:
+            raise _refuse(
+                "allow_non_private",
+                f"algorithm {name!r} uploads {what}",
+                f"a hospital that accepts this opts in with `allow_non_private: "
+                f"[{name}]` in its policy file (or --allow-non-private {name})",
+            )
+        raise _refuse(
+            "algorithms",
+            f"algorithm {name!r} is not among the algorithms this node serves "
+            f"({', '.join(policy.algorithms or ())})",
+            "add it to `algorithms` in the node's policy file",
+        )
+    params = _algorithm_params(cfg)
+    ratio = getattr(params, "upload_ratio", None)
+    if ratio is not None and float(ratio) > policy.max_upload_ratio:
+        raise _refuse(
+            "max_upload_ratio",
+            f"algorithm.params.upload_ratio={float(ratio):g} asks for the statistics "
+            f"of more images than the node allows ({policy.max_upload_ratio:g})",
+            "lower the run's upload_ratio or raise the node's max_upload_ratio",
+        )
+    tokens = getattr(params, "tokens", None)
+    if name == "fedhd" and tokens is not None and int(tokens) > policy.max_tokens:
+        raise _refuse(
+            "max_tokens",
+            f"algorithm.params.tokens={tokens} synthetic tokens per slide, more than "
+            f"the node allows ({policy.max_tokens})",
+            "lower the run's tokens or raise the node's max_tokens",
+        )
+    if policy.max_rounds is not None and cfg.train.rounds > policy.max_rounds:
+        raise _refuse(
+            "max_rounds",
+            f"train.rounds={cfg.train.rounds}, more than the node allows "
+            f"({policy.max_rounds})",
+            "lower train.rounds or raise the node's max_rounds",
+        )
+
+
+def _algorithm_params(cfg: ExperimentConfig) -> Any:
+    """The run's algorithm params with their defaults (None when it takes none)."""
+    from fedpath.registry import ALGORITHMS
+    from fedpath.schema import resolve_params
+
+    schema = ALGORITHMS.params(cfg.algorithm.name)
+    if schema is None:
+        return None
+    return resolve_params(schema, cfg.algorithm.params, "algorithm.params")
+
+
+def check_stage(policy: NodePolicy, cfg: ExperimentConfig, stage: str) -> None:
+    """Refuse an unknown stage, and raw-data uploads without the opt-in."""
+    if stage not in STAGES:
+        raise _refuse(
+            "stages",
+            f"stage {stage!r} is not one this node knows ({', '.join(STAGES)})",
+            "run the same fedpath version on the coordinator and the node",
+        )
+    name = cfg.algorithm.name
+    if stage == RAW_STAGE and name not in policy.allow_non_private:
+        raise _refuse(
+            "allow_non_private",
+            f"stage {stage!r} of algorithm {name!r} uploads {STAGES[stage]}",
+            f"opt in with `allow_non_private: [{name}]` in the node's policy file",
+        )
+
+
+def check_reply(
+    policy: NodePolicy,
+    cfg: ExperimentConfig,
+    stage: str,
+    reply: Payload,
+    image_size: int | None,
+) -> None:
+    """Inspect what is about to leave the node, whatever the algorithm code did."""
+    raw_ok = stage == RAW_STAGE and cfg.algorithm.name in policy.allow_non_private
+    for group, arrays in reply.arrays.items():
+        for key, arr in arrays.items():
+            shape = tuple(int(s) for s in getattr(arr, "shape", ()))
+            if image_size and not raw_ok and _image_shaped(shape, image_size):
+                raise _refuse(
+                    "images",
+                    f"the {stage!r} reply's array {group}/{key} has shape {shape}, "
+                    f"the shape of {image_size} px images",
+                    "nothing image-shaped leaves this node unless raw data is "
+                    "opted in (allow_non_private)",
+                )
+            cap = policy.max_statistics
+            if stage == "stats" and cap is not None and shape and shape[0] > cap:
+                raise _refuse(
+                    "max_statistics",
+                    f"the statistics upload {group}/{key} holds {shape[0]} rows, "
+                    f"more than the node allows ({cap})",
+                    "lower the run's upload_ratio or raise max_statistics",
+                )
+    if stage == "distill":
+        sizes = reply.arrays.get("synthetic", {}).get("sizes")
+        most = int(max(sizes)) if sizes is not None and len(sizes) else 0
+        if most > policy.max_tokens:
+            raise _refuse(
+                "max_tokens",
+                f"a synthetic slide of {most} tokens, more than the node allows "
+                f"({policy.max_tokens})",
+                "lower the run's tokens or raise max_tokens",
+            )
+
+
+def _image_shaped(shape: tuple[int, ...], size: int) -> bool:
+    """(..., C, S, S) or (..., S, S, C) with S the images' side: at least three
+    dimensions, so a weight matrix of S x S is not mistaken for an image."""
+    if len(shape) < 3:
+        return False
+    return shape[-2:] == (size, size) or (
+        shape[-3:-1] == (size, size) and shape[-1] in (1, 3, 4)
+    )

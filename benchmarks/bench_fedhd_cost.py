@@ -34,13 +34,16 @@ from typing import Any
 import numpy as np
 import torch
 from _common import setup_threads
-from fedpath.mil.train import evaluate_mil, train_mil
 
+from fedpath.algorithms.mil_common import bag_loss
+from fedpath.config import TrainConfig
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.mil import build_mil_model, synthetic_bags
 from fedpath.mil.distill import DistillOptions, distill_features, distill_slides
 from fedpath.mil.gmm import fit_gmm
 from fedpath.mil.models import parameter_bytes
+from fedpath.mil.predict import evaluate_mil
+from fedpath.tasks.bags import fit_bags
 
 
 def _status_mib(key: str) -> float:
@@ -175,7 +178,9 @@ def quality(args: argparse.Namespace) -> None:
     def fit(bags: list[Any]) -> float:
         torch.manual_seed(0)
         model = build_mil_model("abmil", 64, 2, {"hidden": 128, "attn_dim": 64})
-        train_mil(model, bags, epochs=30, lr=5e-4, seed=0)
+        train = TrainConfig(optimizer="adam", lr=5e-4, local_epochs=30, rounds=1)
+        loss = bag_loss(torch.nn.functional.cross_entropy)
+        fit_bags(model, bags, loss, train, seed=0)
         probs, labels = evaluate_mil(model, test.bags)
         return classification_metrics(labels, probs)["balanced_accuracy"]
 

@@ -211,6 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--images", type=int, default=200, help="images sampled per domain")
     sr.add_argument("--title", default=None)
 
+    au = sub.add_parser(
+        "audit",
+        help="what each client received and sent, per round (from traffic.jsonl)",
+        description="Reads RUN_DIR/traffic.jsonl, written while the run ran: per "
+        "round, stage and client, the arrays (group, name, dtype, shape, bytes; "
+        "never values) each client received and sent; then whether anything "
+        "image-shaped or raw (pooled images, real embeddings) left a client.",
+    )
+    au.add_argument("run_dir", type=Path, help="a run: OUT/NAME/METHOD/TARGET/seedN")
+    au.add_argument("--detail", action="store_true", help="one line per array")
+
     data = sub.add_parser("data", help="describe a dataset (domains, classes, counts)")
     data.add_argument(
         "--config", type=Path, help="experiment YAML (default: the demo's)"
@@ -245,6 +256,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from fedpath.runtime.audit import audit
+
+    rows, findings = audit(args.run_dir, args.detail)
+    table = Table(title=f"traffic of {args.run_dir}")
+    for col in ("round", "stage", "client", "received", "sent"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    if findings:
+        n = len(findings)
+        console.print(f"[bold]raw or image-shaped data left a client[/] ({n}):")
+        for f in findings:
+            console.print(f"  {f}", highlight=False)
+    else:
+        console.print(
+            "nothing image-shaped or raw left any client: weights, statistics, "
+            "synthetic data and metrics only"
+        )
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     from fedpath import catalog
 
@@ -277,6 +314,8 @@ def _dispatch(args: argparse.Namespace, quiet: bool) -> int:
     """Run the parsed subcommand; its module is imported only now."""
     if args.command == "list":
         return _cmd_list(args)
+    if args.command == "audit":
+        return _cmd_audit(args)
     if args.command == "check":
         return _cmd_check(args)
     if hasattr(args, "fedhd_render_handler"):

@@ -9,6 +9,7 @@ splits, so the runtime is identical for in-memory tensors and for PNGs on disk.
 from __future__ import annotations
 
 import hashlib
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -295,5 +296,13 @@ def assign_test_split(
                 total += sizes[g]
         if len(uniq) >= 2 and not chosen.any():
             chosen[order[0]] = True
+        if len(uniq) == 1:
+            logging.getLogger("fedpath").warning(
+                "domain %r has a single slide (%s): all of it trains, so it has no "
+                "test split and no source evaluation; give it more slides or "
+                "per-image slide ids to evaluate it",
+                d,
+                uniq[0],
+            )
         is_test[np.flatnonzero(in_d)] = chosen[inverse]
     return is_test

@@ -9,6 +9,7 @@ evaluation and prediction at another hospital see the same geometry).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,11 +30,28 @@ def image_files(folder: Path, recursive: bool = False) -> list[Path]:
     return sorted(p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
+#: an image smaller than this, or more than 4x smaller than ``image_size``, is
+#: refused rather than silently upscaled into a blur
+MIN_SIDE = 8
+
+
 def load_image(path: Path, size: int) -> np.ndarray:
-    """uint8 (3, size, size) RGB array of the image at ``path`` (DataError if bad)."""
+    """uint8 (3, size, size) RGB array of the image at ``path`` (DataError if bad).
+
+    16-bit grayscale is scaled by its bit depth (not clipped to white);
+    transparency is composited on white (not turned black); an image whose
+    shorter side is under :data:`MIN_SIDE` px or a quarter of ``size`` is refused.
+    """
     try:
         with Image.open(path) as im:
-            rgb = im.convert("RGB")
+            w, h = im.size
+            if min(w, h) < max(MIN_SIDE, size / 4):
+                raise DataError(
+                    f"image {str(path)!r} is {w}x{h} px, too small to be resized to "
+                    f"{size} px (at least {max(MIN_SIDE, math.ceil(size / 4))} px a "
+                    "side); fix the file or lower data.params.image_size"
+                )
+            rgb = _to_rgb(im)
             if rgb.size != (size, size):
                 rgb = rgb.resize(
                     (size, size), Image.Resampling.BILINEAR, reducing_gap=None
@@ -46,15 +64,36 @@ def load_image(path: Path, size: int) -> np.ndarray:
     return np.ascontiguousarray(arr.transpose(2, 0, 1))
 
 
+def _to_rgb(im: Image.Image) -> Image.Image:
+    if im.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        a = np.asarray(im, dtype=np.float64)
+        depth = 65535.0 if im.mode.startswith("I;16") or a.max() <= 65535 else a.max()
+        gray = np.clip(np.rint(a / depth * 255.0), 0, 255).astype(np.uint8)
+        return Image.fromarray(gray, "L").convert("RGB")
+    if im.mode in ("RGBA", "LA", "PA") or (
+        im.mode == "P" and "transparency" in im.info
+    ):
+        rgba = im.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return im.convert("RGB")
+
+
 class FileStore(ImageStore):
     """Images decoded from files on demand, in threads (PIL releases the GIL)."""
 
     def __init__(
-        self, paths: Sequence[Path], image_size: int, workers: int = 4
+        self,
+        paths: Sequence[Path],
+        image_size: int,
+        workers: int = 4,
+        where: Sequence[str] | None = None,
     ) -> None:
         self.paths = [Path(p) for p in paths]
         self.image_size = image_size
         self.workers = workers
+        #: where each image is listed (``manifest.csv:12``), named in errors
+        self.where = list(where) if where is not None else None
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -64,7 +103,15 @@ class FileStore(ImageStore):
         out = np.empty((len(idx), 3, self.image_size, self.image_size), np.uint8)
 
         def one(i: int) -> None:
-            out[i] = load_image(self.paths[idx[i]], self.image_size)
+            try:
+                out[i] = load_image(self.paths[idx[i]], self.image_size)
+            except DataError as err:
+                if self.where is None:
+                    raise
+                raise DataError(
+                    f"{self.where[idx[i]]}: {err} (read during training; "
+                    "data.params.skip_bad=true checks every image before the run)"
+                ) from None
 
         if len(idx) <= 2 or self.workers <= 1:
             for i in range(len(idx)):

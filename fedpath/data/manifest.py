@@ -61,7 +61,8 @@ def read_manifest(csv_path: Path) -> Records:
             f"manifest {str(csv_path)!r} does not exist (data.root + "
             f"data.params.path); {WHERE_TO_GET}"
         )
-    with csv_path.open(newline="") as fh:
+    # utf-8-sig: a manifest saved by Excel starts with a byte-order mark
+    with csv_path.open(newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         columns = reader.fieldnames or []
         missing = [c for c in REQUIRED if c not in columns]
@@ -148,14 +149,22 @@ def build_file_dataset(
     skipped: list[str] = []
     kept: list[int] = []
     images: list[np.ndarray] = []
-    decoded = _decode_all([rec.paths[i] for i in keep], p) if p.in_memory else None
+    # in memory: decode everything now; lazily with skip_bad: decode (and drop)
+    # every image once now, so a bad one is skipped here, not met mid-training
+    check = p.in_memory or p.skip_bad
+    decoded = (
+        _decode_all([rec.paths[i] for i in keep], p, keep=p.in_memory)
+        if check
+        else None
+    )
     for j, i in enumerate(keep):
         try:
             if decoded is not None:
                 result = decoded[j]
                 if isinstance(result, DataError):
                     raise result
-                images.append(result)
+                if result is not None:
+                    images.append(result)
             elif not rec.paths[i].is_file():
                 raise DataError(f"image file {str(rec.paths[i])!r} does not exist")
         except DataError as err:
@@ -177,6 +186,15 @@ def build_file_dataset(
         )
     if not kept:
         raise DataError(f"{name}: no readable images left")
+    present = {rec.labels[i] for i in kept}
+    absent = [c for c in classes if c not in present]
+    if absent:
+        raise DataError(
+            f"{name}: class(es) {absent} of data.params.classes have no image"
+            f"{' left after skip_bad' if skipped else ''}; drop them from "
+            "data.params.classes (an empty class would count as a zero in macro "
+            "metrics)"
+        )
     idx = np.asarray(kept)
     domains = np.array([rec.domains[i] for i in idx])
     slides = np.array([rec.slides[i] for i in idx])
@@ -184,7 +202,12 @@ def build_file_dataset(
     store: ImageStore = (
         TensorStore(torch.from_numpy(np.stack(images)))
         if p.in_memory
-        else FileStore([rec.paths[i] for i in idx], p.image_size, p.workers)
+        else FileStore(
+            [rec.paths[i] for i in idx],
+            p.image_size,
+            p.workers,
+            [rec.where[i] for i in idx],
+        )
     )
     test = (
         np.asarray(is_test, dtype=bool)[idx]
@@ -198,15 +221,17 @@ def build_file_dataset(
 
 
 def _decode_all(
-    paths: Sequence[Path], p: FileDatasetParams
-) -> list[np.ndarray | DataError]:
-    """Decode every image in threads; failures are returned, not raised."""
+    paths: Sequence[Path], p: FileDatasetParams, keep: bool = True
+) -> list[np.ndarray | DataError | None]:
+    """Decode every image in threads; failures are returned, not raised;
+    ``keep=False``: only check them (None for a good one, nothing held)."""
 
-    def one(path: Path) -> np.ndarray | DataError:
+    def one(path: Path) -> np.ndarray | DataError | None:
         try:
-            return load_image(path, p.image_size)
+            image = load_image(path, p.image_size)
         except DataError as err:
             return err
+        return image if keep else None
 
     with ThreadPoolExecutor(max(1, p.workers)) as pool:
         return list(pool.map(one, paths))

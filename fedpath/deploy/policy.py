@@ -337,3 +337,13 @@ def _image_shaped(shape: tuple[int, ...], size: int) -> bool:
     return shape[-2:] == (size, size) or (
         shape[-3:-1] == (size, size) and shape[-1] in (1, 3, 4)
     )
+
+
+def manifest(payload: Payload) -> list[list[Any]]:
+    """``[group, name, dtype, shape, bytes]`` of every array of ``payload`` (what
+    ``traffic.jsonl`` records; the values themselves are never written)."""
+    return [
+        [g, k, str(a.dtype), [int(x) for x in a.shape], int(a.nbytes)]
+        for g, arrays in payload.arrays.items()
+        for k, a in arrays.items()
+    ]

@@ -41,6 +41,7 @@ from fedpath.runtime.persistence import (  # noqa: F401  (re-exported names)
     FINAL,
     MODEL,
     RESULTS,
+    TRAFFIC,
     Checkpoint,
     ResumeError,
     check_same_config,
@@ -133,6 +134,11 @@ class InProcessRun:
                 f"config key 'train.clients_per_round': {k} exceeds the {len(ids)} "
                 f"clients of this federation"
             )
+        if t.min_replies > k:
+            raise ConfigError(
+                f"config key 'train.min_replies': {t.min_replies}, but a round "
+                f"samples {k} of this federation's {len(ids)} clients; at most {k}"
+            )
         if k == len(ids):
             return ids
         rng = np.random.default_rng(derive_seed(self.seed, rnd, "sample"))
@@ -162,7 +168,7 @@ class InProcessRun:
                 return record
             start = self._restore() + 1
         else:  # a fresh run: nothing of an earlier one may stay beside it
-            for name in (RESULTS, CHECKPOINT, FINAL, MODEL):
+            for name in (RESULTS, CHECKPOINT, FINAL, MODEL, TRAFFIC):
                 (self.run_dir / name).unlink(missing_ok=True)
         atomic_write_text(self.run_dir / "config.yaml", self.cfg.to_yaml())
         rounds = self.cfg.train.rounds
@@ -209,6 +215,7 @@ class InProcessRun:
             t0 = time.perf_counter()
             replies, info = self.exchange(stage, rnd, messages)
             times.clients += time.perf_counter() - t0
+            self._audit(stage, rnd, messages, replies, info["sent"])
             down += sum(messages[c].nbytes() for c in info.pop("sent"))
             up += sum(p.nbytes() for p in replies.values())
             for k, v in info.items():
@@ -326,6 +333,45 @@ class InProcessRun:
         self, rnd: int, kind: str, domain: str, metrics: Mapping[str, Any]
     ) -> None:
         self._append("eval", rnd, {"split": kind, "domain": domain, **metrics})
+
+    def _audit(
+        self,
+        stage: str,
+        rnd: int,
+        messages: Mapping[str, Payload],
+        replies: Mapping[str, Payload],
+        sent: list[str],
+    ) -> None:
+        """What each client received and sent this stage, into ``traffic.jsonl``
+        (``fedpath audit``), and the check that no reply is image-shaped unless
+        the algorithm is a pooled, non-private one (the node policy's reply
+        check, :func:`fedpath.deploy.policy.check_reply`, with no caps)."""
+        from fedpath.deploy.policy import (
+            NON_PRIVATE,
+            NodePolicy,
+            check_reply,
+            manifest,
+        )
+
+        name = self.cfg.algorithm.name
+        policy = NodePolicy(
+            allow_non_private=(name,) if name in NON_PRIVATE else (),
+            max_tokens=2**62,
+        )
+        size = getattr(self.dataset, "image_size", None)
+        for cid in sorted(set(sent) | set(replies)):
+            down = messages.get(cid)
+            up = replies.get(cid)
+            if up is not None:
+                check_reply(policy, self.cfg, stage, up, size)
+            record = {
+                "round": rnd,
+                "stage": stage,
+                "client": cid,
+                "received": manifest(down) if down is not None else [],
+                "sent": manifest(up) if up is not None else None,
+            }
+            append_jsonl(self.run_dir / TRAFFIC, record)
 
     def _append(self, kind: str, rnd: int, fields: Mapping[str, Any]) -> None:
         """One ``results.jsonl`` line: the run's labels, ``kind``, ``round``."""

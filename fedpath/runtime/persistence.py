@@ -23,7 +23,12 @@ import torch
 
 from fedpath.errors import ResumeError
 from fedpath.types import ClientState, Payload, payload_from_tree, payload_to_tree
-from fedpath.utils.io import atomic_write_bytes, atomic_write_text, read_jsonl
+from fedpath.utils.io import (
+    atomic_write_bytes,
+    atomic_write_text,
+    dumps_json,
+    read_jsonl,
+)
 
 if TYPE_CHECKING:
     from fedpath.config import ExperimentConfig
@@ -31,6 +36,8 @@ if TYPE_CHECKING:
 CHECKPOINT = "checkpoint.pt"
 RESULTS = "results.jsonl"
 FINAL = "final.json"
+#: what each client received and sent, per round and stage (``fedpath audit``)
+TRAFFIC = "traffic.jsonl"
 MODEL = "model.fpm"
 
 
@@ -118,6 +125,7 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
     path = run_dir / CHECKPOINT
     if not path.is_file():
         (run_dir / RESULTS).unlink(missing_ok=True)
+        (run_dir / TRAFFIC).unlink(missing_ok=True)
         return None
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
@@ -150,6 +158,8 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
         selected=payload_from_tree(raw["selected"]) if "selected" in raw else None,
     )
     truncate_results(run_dir / RESULTS, ckpt.round)
+    if (run_dir / TRAFFIC).is_file():
+        truncate_results(run_dir / TRAFFIC, ckpt.round)
     return ckpt
 
 
@@ -202,4 +212,4 @@ def truncate_results(path: Path, last_round: int) -> None:
 
 def save_final(run_dir: Path, record: Mapping[str, Any]) -> None:
     """Write ``final.json`` (the run is finished once it exists)."""
-    atomic_write_text(run_dir / FINAL, json.dumps(record, indent=2, default=str))
+    atomic_write_text(run_dir / FINAL, dumps_json(record, indent=2))

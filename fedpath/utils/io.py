@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,30 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON object as a line (flushed, so a crash keeps earlier lines)."""
     with path.open("a") as fh:
-        fh.write(json.dumps(record, sort_keys=False, default=_default) + "\n")
+        fh.write(dumps_json(record) + "\n")
         fh.flush()
+
+
+def dumps_json(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON: NaN and infinities (an undefined AUROC...) become ``null``,
+    numpy scalars and arrays plain numbers and lists (Python's ``json`` would
+    write a bare ``NaN``, which other JSON readers reject)."""
+    return json.dumps(json_safe(obj), indent=indent, allow_nan=False, default=str)
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats as None and numpy values as Python ones."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
+        return json_safe(obj.tolist())
+    if hasattr(obj, "item"):
+        return json_safe(obj.item())
+    return obj
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:

@@ -123,3 +123,35 @@ def test_run_names_must_stay_inside_output_dir() -> None:
     for bad in ("name=../..", "name=a/b", "label=..", "name=.x"):
         with pytest.raises(ConfigError, match="usable as one folder"):
             load_config(None, [bad])
+
+
+def test_results_are_strict_json_and_tables_read_nulls(tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    from fedpath.utils.io import append_jsonl, dumps_json
+
+    rec = {"auroc": float("nan"), "x": np.float32(0.5), "a": np.array([1.0, np.inf])}
+    assert dumps_json(rec) == '{"auroc": null, "x": 0.5, "a": [1.0, null]}'
+    path = tmp_path / "r.jsonl"
+    append_jsonl(path, rec)
+    json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    # a one-class target has an undefined AUROC: written null, tabulated as NaN
+    _, run_dir = _run(tmp_path)
+    strict = {"parse_constant": lambda c: pytest.fail(f"bare {c} in final.json")}
+    final = json.loads((run_dir / "final.json").read_text(), **strict)
+    final["evaluation"]["target"]["auroc"] = None
+    (run_dir / "final.json").write_text(json.dumps(final))
+    from fedpath.runtime.experiment import collect_rows
+
+    assert collect_rows([tmp_path])[0].metrics["auroc"] is None
+    assert main(["table", str(tmp_path), "--metric", "auroc", "--quiet"]) == 0
+
+
+def test_min_replies_above_the_round_size_fails_at_the_start(tmp_path: Path) -> None:
+    from fedpath.config import ConfigError
+
+    over = tiny_overrides(tmp_path, "lodo.targets=[hospital_2]", "train.min_replies=5")
+    with pytest.raises(ConfigError, match=r"'train.min_replies': 5, but a round"):
+        run_experiment(load_config(None, over))

@@ -28,7 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpath.algorithms.base import ProtocolError, ServerContext, round_only
+from fedpath.algorithms.base import (
+    ProtocolError,
+    ServerContext,
+    derive_seed,
+    round_only,
+)
 from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
 from fedpath.algorithms.names import FIT, POOL, STATS, WEIGHTS
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
@@ -80,7 +85,17 @@ class StatsExchangeClient(WeightsClient):
         rng = np.random.default_rng(self.ctx.seed_for("stats"))
         idx = np.sort(rng.choice(n, size=k, replace=False))
         stats = self._stats_of(idx) if k else self._empty_stats()
-        return Payload({STATS: stats}, {"num_images": k})
+        return Payload({STATS: self._defend(stats)}, {"num_images": k})
+
+    def _defend(self, stats: ArrayDict) -> ArrayDict:
+        """The upload after the leakage defences the params ask for
+        (:func:`defend_statistics`)."""
+        noise = float(getattr(self.params, "stats_noise", 0.0))
+        decimals = getattr(self.params, "stats_decimals", None)
+        if not noise and decimals is None:
+            return stats
+        rng = np.random.default_rng(self.ctx.seed_for("stats-noise"))
+        return defend_statistics(stats, noise, decimals, rng)
 
     def _stats_of(self, positions: np.ndarray, chunk: int = 256) -> ArrayDict:
         parts: list[ArrayDict] = []
@@ -118,6 +133,28 @@ class StatsExchangeClient(WeightsClient):
         self.generator = torch.Generator().manual_seed(self.ctx.seed_for("augment"))
 
 
+def defend_statistics(
+    stats: ArrayDict, noise: float, decimals: int | None, rng: np.random.Generator
+) -> ArrayDict:
+    """Statistics as they leave a client with the leakage defences on.
+
+    Gaussian noise of ``noise`` x each statistic's spread over this upload (per
+    channel and statistic), then rounding to ``decimals`` decimals. Without them
+    an entry is an exact fingerprint of its image: a candidate image's recomputed
+    statistics match it exactly (``benchmarks/bench_leakage.py``).
+    """
+    out: ArrayDict = {}
+    for key, v in stats.items():
+        a = np.asarray(v, dtype=np.float64)
+        if noise and len(a) > 1:
+            spread = a.std(axis=0, keepdims=True)
+            a = a + rng.normal(size=a.shape) * noise * spread
+        if decimals is not None:
+            a = np.round(a, int(decimals))
+        out[key] = a.astype(np.float32)
+    return out
+
+
 class StatsExchangeServer(FedAvgServer):
     """FedAvg server plus the statistics pool (stats stage, per-client pools)."""
 
@@ -140,16 +177,25 @@ class StatsExchangeServer(FedAvgServer):
             return round_only(clients, rnd)
         messages = super().configure(stage, rnd, clients)
         for c, msg in messages.items():
-            msg.arrays[POOL] = self.pool_for(c)
+            msg.arrays[POOL] = self.pool_for(c, rnd)
         return messages
 
-    def pool_for(self, client: str) -> ArrayDict:
-        """Every pooled entry except ``client``'s own (Alg. 2, line 9)."""
+    def pool_for(self, client: str, rnd: int = 0) -> ArrayDict:
+        """Every pooled entry except ``client``'s own (Alg. 2, line 9); with
+        ``shuffle_pool`` in an order drawn per (round, client), so a receiver
+        cannot tell which hospital an entry came from by its position."""
         others = [self.pools[o] for o in sorted(self.pools) if o != client]
         others = [p for p in others if p and min(len(v) for v in p.values())]
         if not others:
             return {}
-        return {k: np.concatenate([p[k] for p in others]) for k in others[0]}
+        pool = {k: np.concatenate([p[k] for p in others]) for k in others[0]}
+        if getattr(self.params, "shuffle_pool", False):
+            rng = np.random.default_rng(
+                derive_seed(self.ctx.seed, rnd, "pool-order", client)
+            )
+            order = rng.permutation(len(next(iter(pool.values()))))
+            pool = {k: v[order] for k, v in pool.items()}
+        return pool
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]

@@ -93,6 +93,14 @@ class FedStainParams(AlgorithmParams):
     cls_on: Literal["all", "original"] = "all"
     empty_pool: Literal["own", "error"] = "own"
     bn_buffers: Literal["average", "pooled"] = "average"
+    # Leakage defences of the uploaded statistics (off by default: the published
+    # results were measured without them; benchmarks/bench_leakage.py measures
+    # what they buy and cost). stats_noise: Gaussian noise, as a fraction of each
+    # statistic's spread over the client's own upload; stats_decimals: rounding;
+    # shuffle_pool: the server sends the pool in a random order, not by client.
+    stats_noise: Annotated[float, Ge(0)] = 0.0
+    stats_decimals: Annotated[int, Ge(0)] | None = None
+    shuffle_pool: bool = False
 
     def validate(self) -> None:
         require(
@@ -123,6 +131,14 @@ class FedCCRLParams(AlgorithmParams):
     augmix: Literal["torchvision", "geometric"] = "torchvision"
     empty_pool: Literal["own", "error"] = "own"
     bn_buffers: Literal["average", "pooled"] = "average"
+    # Leakage defences of the uploaded statistics (off by default: the published
+    # results were measured without them; benchmarks/bench_leakage.py measures
+    # what they buy and cost). stats_noise: Gaussian noise, as a fraction of each
+    # statistic's spread over the client's own upload; stats_decimals: rounding;
+    # shuffle_pool: the server sends the pool in a random order, not by client.
+    stats_noise: Annotated[float, Ge(0)] = 0.0
+    stats_decimals: Annotated[int, Ge(0)] | None = None
+    shuffle_pool: bool = False
 
     def stat_layout(self) -> dict[str, tuple[int, int]]:
         return {"mean_std": (3, 2)}

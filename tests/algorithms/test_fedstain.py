@@ -345,3 +345,53 @@ def test_fedccrl_and_fedalign_losses_follow_their_formulas(
     ce = sum(ctx.cross_entropy(model(v), y) for v in views)
     client.generator.manual_seed(3)
     torch.testing.assert_close(client.loss(model, x, y)["cls"], ce.detach())
+
+
+def test_statistics_defences_noise_round_and_shuffle() -> None:
+    from fedpath.algorithms.stats_exchange import defend_statistics
+
+    rng = np.random.default_rng(0)
+    stats = {"moments": rng.normal(size=(200, 3, 4)).astype(np.float32)}
+    same = defend_statistics(stats, 0.0, None, np.random.default_rng(1))
+    np.testing.assert_array_equal(same["moments"], stats["moments"])
+    rounded = defend_statistics(stats, 0.0, 1, np.random.default_rng(1))["moments"]
+    np.testing.assert_array_equal(rounded, np.round(stats["moments"], 1))
+    noisy = defend_statistics(stats, 0.5, None, np.random.default_rng(1))["moments"]
+    # noise of 0.5 x each statistic's spread over the upload
+    ratio = (noisy - stats["moments"]).std(0) / stats["moments"].std(0)
+    assert np.allclose(ratio, 0.5, atol=0.1)
+    assert noisy.dtype == np.float32 and noisy.shape == stats["moments"].shape
+
+
+def test_defended_uploads_and_a_shuffled_pool_through_a_run(tmp_path: Path) -> None:
+    plain = make_run(tmp_path / "a", "algorithm.name=fedstain", "train.rounds=1")
+    calls_a = spy_calls(plain)
+    plain.run()
+    defended = make_run(
+        tmp_path / "b",
+        "algorithm.name=fedstain",
+        "train.rounds=1",
+        "algorithm.params.stats_noise=0.5",
+        "algorithm.params.shuffle_pool=true",
+    )
+    calls_b = spy_calls(defended)
+    defended.run()
+
+    def uploads(calls):  # type: ignore[no-untyped-def]
+        return {
+            c: r.arrays["stats"]["moments"] for c, s, _, _, r in calls if s == "stats"
+        }
+
+    raw, noisy = uploads(calls_a), uploads(calls_b)
+    assert raw.keys() == noisy.keys()
+    for cid in raw:  # same images drawn, the values noised
+        assert raw[cid].shape == noisy[cid].shape
+        assert not np.allclose(raw[cid], noisy[cid])
+    # the pool holds the others' (noised) entries, in a shuffled order
+    cid, _, _, sent, _ = next(c for c in calls_b if c[1] == "fit")
+    others = np.concatenate([noisy[o] for o in sorted(noisy) if o != cid])
+    pool = sent.arrays["pool"]["moments"]
+    assert not np.array_equal(pool, others)
+    order = np.lexsort(pool.reshape(len(pool), -1).T)
+    ref = np.lexsort(others.reshape(len(others), -1).T)
+    np.testing.assert_array_equal(pool[order], others[ref])

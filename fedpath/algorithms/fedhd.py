@@ -25,6 +25,7 @@ Gaussian), ``mode: mean`` (FedWSIDD-style mean matching, the baseline),
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -58,6 +59,8 @@ from fedpath.mil.distill import DistillOptions, compress_slides, distill_slides
 from fedpath.params.algorithms import FedHDParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 
+log = logging.getLogger("fedpath")
+
 
 class FedHDClient(OwnMILClient):
     """Distil own slides; train own MIL model on real + others' synthetic slides."""
@@ -79,9 +82,34 @@ class FedHDClient(OwnMILClient):
         return F.cross_entropy(logits, label)
 
     def distill(self) -> Payload:
+        from fedpath.mil.privacy import guard_tokens
+
         p, ctx = self.params, self.ctx
-        real = real_bags(ctx)
+        every = real_bags(ctx)
+        real = [b for b in every if b.num_patches >= p.min_patches]
+        withheld = len(every) - len(real)
+        if withheld:
+            log.warning(
+                "client %s: %d of %d slides have fewer than %d patches "
+                "(algorithm.params.min_patches) and are not distilled: too small "
+                "for a synthetic slide to hide their patches",
+                ctx.client_id,
+                withheld,
+                len(every),
+                p.min_patches,
+            )
         seed = ctx.seed_for("distill") % (2**31)
+        space, dim = embedding_space(ctx)
+        if not real:
+            return Payload(
+                {SYNTHETIC: bags_to_arrays([])},
+                {
+                    "embedding_space": space,
+                    "dim": dim,
+                    "num_slides": 0,
+                    "slides_withheld": withheld,
+                },
+            )
         opts = DistillOptions(
             components=1 if p.mode != "gmm" else p.components,
             covariance=p.covariance,
@@ -96,10 +124,16 @@ class FedHDClient(OwnMILClient):
             synthetic = distill_slides(
                 real, replace(opts, init=p.init), seed=seed, too_few=p.too_few
             )
-        space, dim = embedding_space(ctx)
+        synthetic, report = guard_tokens(synthetic, every, p.min_token_distance, seed)
         return Payload(
             {SYNTHETIC: bags_to_arrays(synthetic)},
-            {"embedding_space": space, "dim": dim, "num_slides": len(synthetic)},
+            {
+                "embedding_space": space,
+                "dim": dim,
+                "num_slides": len(synthetic),
+                "slides_withheld": withheld,
+                **report,
+            },
         )
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
@@ -189,7 +223,12 @@ class FedHDServer(ServerAlgorithm):
         self.pool = {c: dict(r.group(SYNTHETIC)) for c, r in replies.items()}
         n = sum(int(r.scalars["num_slides"]) for r in replies.values())
         nbytes = sum(r.nbytes() for r in replies.values())
-        return {"synthetic_slides": n, "synthetic_bytes": nbytes}
+        out: dict[str, Scalar] = {"synthetic_slides": n, "synthetic_bytes": nbytes}
+        for c, r in sorted(replies.items()):  # how close each client's tokens came
+            for key in ("nn_ratio_min", "nn_ratio_median", "slides_withheld"):
+                if key in r.scalars:
+                    out[f"{key}/{c}"] = r.scalars[key]
+        return out
 
     def state(self) -> Payload:
         """The pool as one group: every client's slides stacked in client order,

@@ -318,3 +318,9 @@ class FedHDParams(MILTrainParams):
     loss_synthetic: Literal["gce", "ce"] = "gce"
     q: Annotated[float, Range(0, 1, lo_open=True)] = 0.7
     too_few: Literal["error", "reduce"] = "error"
+    # privacy guard of the shared slides (fedpath.mil.privacy): real slides with
+    # fewer patches are not distilled; every token is kept at least
+    # min_token_distance x the median patch-to-nearest-patch distance away from
+    # every real patch embedding of the client (0: off)
+    min_patches: Annotated[int, Ge(1)] = 8
+    min_token_distance: Annotated[float, Ge(0)] = 0.5

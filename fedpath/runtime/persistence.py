@@ -111,7 +111,8 @@ def tree_digest(tree: Mapping[str, Any]) -> str:
         if isinstance(node, torch.Tensor):
             t = node.detach().cpu().contiguous()
             h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            if t.numel():  # (an empty tensor may carry a zero stride)
+                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
         else:
             h.update(repr(node).encode())
 

@@ -10,8 +10,10 @@ embedding. Before a client uploads its synthetic slides:
 2. every token closer than ``min_distance x d_ref`` to any of the client's real
    patch embeddings is pushed away from its nearest real patch, along the line
    through both, to exactly that distance (up to 25 passes, since a push can land
-   near another patch). ``d_ref`` is the median distance from a real patch to the
-   nearest other patch of its own slide: the spacing of real data, so 0.5 keeps
+   near another patch; a token still too close after them is dropped, and a
+   slide left without tokens is not shared). ``d_ref`` is the median distance
+   from a real patch to the nearest other patch of its own slide: the spacing
+   of real data, so 0.5 keeps
    every shared token at least half a typical patch-to-patch gap from any real
    patch;
 3. the nearest-neighbour distance ratio (token to nearest real patch, over
@@ -74,7 +76,7 @@ def guard_tokens(
     gen = torch.Generator().manual_seed(seed)
     out: list[SlideBag] = []
     ratios: list[torch.Tensor] = []
-    moved = 0
+    moved = dropped = 0
     for bag in synthetic:
         t = bag.features.float().clone()
         if ref > 0 and min_distance > 0:
@@ -93,6 +95,12 @@ def guard_tokens(
                 step = step / step.norm(dim=1, keepdim=True)
                 t[close] = anchor + step * floor * 1.0001
         dist, _ = _nearest(t, pooled)
+        if ref > 0 and min_distance > 0:  # still too close after the passes: drop
+            keep = dist >= min_distance * ref
+            dropped += int((~keep).sum())
+            t, dist = t[keep], dist[keep]
+            if not len(t):
+                continue
         ratios.append(dist / ref if ref > 0 else dist)
         out.append(replace(bag, features=t.to(bag.features.dtype)))
     r = torch.cat(ratios) if ratios else torch.zeros(0)
@@ -100,6 +108,7 @@ def guard_tokens(
         "nn_ratio_min": float(r.min()) if len(r) else float("nan"),
         "nn_ratio_median": float(r.median()) if len(r) else float("nan"),
         "tokens_moved": float(moved),
+        "tokens_dropped": float(dropped),
         "d_ref": ref,
     }
     return out, report

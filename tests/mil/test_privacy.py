@@ -35,7 +35,7 @@ def test_tokens_on_real_patches_are_pushed_to_the_floor() -> None:
     out, report = guard_tokens([_bag(tokens, "syn")], [_bag(real, "r")], 0.5, seed=0)
     d = torch.cdist(out[0].features, real).min(1).values
     assert (d >= 0.5 * ref * 0.999).all()
-    assert report["tokens_moved"] >= 3 and report["nn_ratio_min"] >= 0.499
+    assert report["tokens_moved"] >= 3 and report["nn_ratio_min"] >= 0.5
     far = torch.cdist(tokens[3:], real).min(1).values
     torch.testing.assert_close(d[3:], far)  # tokens already far stay put
     _, off = guard_tokens([_bag(tokens, "syn")], [_bag(real, "r")], 0.0, seed=0)
@@ -59,4 +59,4 @@ def test_fedhd_withholds_small_slides_and_reports_the_ratio(tmp_path: Path) -> N
     rows = list(read_jsonl(run_dir_for(cfg, "none", 0) / "results.jsonl"))
     rnd = next(r for r in rows if r["kind"] == "round")
     ratios = [v for k, v in rnd.items() if k.startswith("distill/nn_ratio_min/")]
-    assert ratios and min(ratios) >= 0.499
+    assert ratios and min(ratios) >= 0.5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,18 @@ def _probe(argv: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-LIGHT = [["--help"], ["--version"], ["list"], ["run", "--help"], ["amibr", "--help"]]
+LIGHT = [
+    ["--help"],
+    ["--version"],
+    ["list"],
+    ["run", "--help"],
+    ["amibr", "--help"],
+    ["audit", "--help"],
+    [
+        "check",
+        str(Path(__file__).resolve().parents[1] / "configs/synthetic_fedavg.yaml"),
+    ],
+]
 
 
 @pytest.mark.parametrize("argv", LIGHT)

@@ -1,6 +1,7 @@
 """Federated algorithms, one per file, each a client half plus a server half."""
 
 from fedpath.algorithms import (  # noqa: F401  (registration)
+    dp_fedavg,
     fedalign,
     fedavg,
     fedavg_mil,

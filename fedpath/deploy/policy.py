@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 #: losses). A test checks that every registered algorithm is listed.
 UPLOADS: dict[str, str] = {
     "fedavg": "weights",
+    "dp_fedavg": "clipped weights (noised at the coordinator)",
     "fedprox": "weights",
     "fedbn": "weights (normalization layers stay local)",
     "strap": "weights",

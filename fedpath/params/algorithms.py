@@ -32,6 +32,18 @@ class FedAvgParams:
 
 
 @dataclass(frozen=True)
+class DPFedAvgParams(AlgorithmParams):
+    """Client-level DP-FedAvg (McMahan et al., ICLR 2018): each client's update is
+    clipped to L2 norm ``clip`` before it leaves; the server averages the updates
+    with equal weights and adds Gaussian noise of std ``noise_multiplier x clip /
+    m`` (m: clients in the round); (epsilon, ``delta``) from an RDP accountant."""
+
+    clip: Annotated[float, Gt(0)] = 1.0
+    noise_multiplier: Annotated[float, Ge(0)] = 1.0
+    delta: Annotated[float, Range(0.0, 1.0, lo_open=True, hi_open=True)] = 1e-5
+
+
+@dataclass(frozen=True)
 class FedProxParams(AlgorithmParams):
     """mu: weight of the proximal term (FedProx paper grid: 0.001-1)."""
 

@@ -66,10 +66,12 @@ def _smoke_config(tmp_path: Path, algorithm: str) -> ExperimentConfig:
                 "train.rounds=1",
             ),
         )
+    # dp_fedavg refuses BatchNorm running statistics that train: GroupNorm
+    norm = ["model.params.norm=group"] if algorithm == "dp_fedavg" else []
     return load_config(
         None,
         tiny_overrides(
-            tmp_path, f"algorithm.name={algorithm}", "lodo.targets=[hospital_2]"
+            tmp_path, f"algorithm.name={algorithm}", "lodo.targets=[hospital_2]", *norm
         ),
     )
 

@@ -34,6 +34,7 @@ this module does not know (a plugin) counts as non-private. A policy file::
     max_statistics: null       # statistics rows per upload (null: no cap)
     max_tokens: 1000           # FedHD synthetic tokens per slide
     max_rounds: null           # rounds a run may ask for (null: no cap)
+    min_stats_noise: 0.0       # FedStain / FedCCRL stats_noise a run must use
 
 This module imports neither PyTorch nor Flower: ``fedpath flower supernode``
 checks and prints the policy before it starts anything.
@@ -114,6 +115,9 @@ class NodePolicy(Checked):
     max_statistics: Annotated[int, Ge(0)] | None = None
     max_tokens: Annotated[int, Ge(1)] = 1000
     max_rounds: Annotated[int, Ge(1)] | None = None
+    #: statistics uploads must carry at least this much noise (``stats_noise``
+    #: of FedStain / FedCCRL / FedAlign: benchmarks/bench_leakage.py)
+    min_stats_noise: Annotated[float, Ge(0)] = 0.0
 
     def serves(self, name: str) -> bool:
         if name in self.allow_non_private:
@@ -129,7 +133,7 @@ class NodePolicy(Checked):
         caps = (
             f"max_upload_ratio {self.max_upload_ratio:g}, max_statistics "
             f"{self.max_statistics}, max_tokens {self.max_tokens}, max_rounds "
-            f"{self.max_rounds}"
+            f"{self.max_rounds}, min_stats_noise {self.min_stats_noise:g}"
         )
         opted = sorted(set(self.allow_non_private))
         text = f"node policy: serves {', '.join(served + extra)}; {caps}"
@@ -244,6 +248,14 @@ def check_run(policy: NodePolicy, cfg: ExperimentConfig) -> None:
             f"algorithm.params.upload_ratio={float(ratio):g} asks for the statistics "
             f"of more images than the node allows ({policy.max_upload_ratio:g})",
             "lower the run's upload_ratio or raise the node's max_upload_ratio",
+        )
+    noise = getattr(params, "stats_noise", None)
+    if noise is not None and float(noise) < policy.min_stats_noise:
+        raise _refuse(
+            "min_stats_noise",
+            f"algorithm.params.stats_noise={float(noise):g}, less noise on the "
+            f"uploaded statistics than the node requires ({policy.min_stats_noise:g})",
+            "raise the run's stats_noise or lower the node's min_stats_noise",
         )
     tokens = getattr(params, "tokens", None)
     if name == "fedhd" and tokens is not None and int(tokens) > policy.max_tokens:

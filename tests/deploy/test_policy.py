@@ -97,6 +97,7 @@ def _re(text: str) -> str:
          "max_upload_ratio"),
         ({"algorithms": ["fedavg"]}, ["algorithm.name=fedprox"], "algorithms"),
         ({"max_rounds": 1}, ["train.rounds=2"], "max_rounds"),
+        ({"min_stats_noise": 0.5}, ["algorithm.name=fedstain"], "min_stats_noise"),
     ],
 )  # fmt: skip
 def test_check_run_names_the_rule(
@@ -105,6 +106,13 @@ def test_check_run_names_the_rule(
     cfg = config(tmp_path, *overrides)
     with pytest.raises(PolicyError, match=f"node policy refuses \\({rule}\\)"):
         check_run(parse_policy(policy, "x"), cfg)
+
+
+def test_min_stats_noise_is_met_by_a_noised_run(tmp_path: Path) -> None:
+    policy = parse_policy({"min_stats_noise": 0.5}, "x")
+    check_run(policy, config(tmp_path, "algorithm.name=fedccrl",
+                             "algorithm.params.stats_noise=0.5"))  # fmt: skip
+    check_run(policy, config(tmp_path, "algorithm.name=fedavg"))  # no statistics
 
 
 def test_fedhd_tokens_cap() -> None:

@@ -204,3 +204,27 @@ def test_loopback_refuses_a_raised_upload_ratio(tmp_path: Path) -> None:
     )
     with pytest.raises(RuntimeError, match=REFUSED):
         run_over_grid(cfg, nodes_for("hospital_0/c0", "hospital_1/c0"), wait_nodes=0.5)
+
+
+def test_supernode_cli_puts_the_policy_in_the_node_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedpath.cli import main
+
+    f = tmp_path / "policy.yaml"
+    f.write_text("algorithms: [fedavg, fedstain]\nmax_rounds: 20\n")
+    base = ["flower", "supernode", "--superlink", "10.0.0.1:9092", "--insecure"]
+    base += ["--client-id", "hospital_0/c0", "--dry-run", "--no-worker"]
+    assert main([*base, "--policy", str(f), "--allow-non-private", "pooled_mil"]) == 0
+    out, err = capsys.readouterr()
+    assert "NON-PRIVATE algorithms opted in: pooled_mil uploads every real" in err
+    line = next(tok for tok in out.split(" policy=") if tok.startswith('"{'))
+    text = line.split('"')[1]
+    assert node_policy({NC_POLICY: text}) == NodePolicy(
+        algorithms=("fedavg", "fedstain"),
+        allow_non_private=("pooled_mil",),
+        max_rounds=20,
+    )
+    f.write_text("max_upload_ratio: 3\n")
+    assert main([*base, "--policy", str(f)]) == 2
+    assert "'max_upload_ratio': expected a number in [0, 1]" in capsys.readouterr().err

@@ -81,7 +81,7 @@ def _run_suite(
     metrics: Sequence[str],
 ) -> int:
     from fedpath.runtime.experiment import load_dataset, plan_runs, run_experiment
-    from fedpath.utils.progress import make_reporter
+    from fedpath.utils.progress import make_reporter, plural
 
     reporter = make_reporter(quiet)  # a bad FEDPATH_PROGRESS fails before any work
     console = _console(quiet)
@@ -100,9 +100,10 @@ def _run_suite(
         shape = f"{len(first.domains)} hospitals evaluated on their own test slides"
     else:
         targets = first.domains if head.lodo.targets == "all" else head.lodo.targets
-        shape = f"{len(targets)} unseen domains"
+        shape = plural(len(targets), "unseen domain")
     console.print(
-        f"{description}: {len(configs)} methods x {shape} x {len(head.seeds)} seeds"
+        f"{description}: {plural(len(configs), 'method')} x {shape} x "
+        f"{plural(len(head.seeds), 'seed')}"
     )
     start = time.perf_counter()
     with reporter as rep:

@@ -207,7 +207,7 @@ def test_slow_clients_get_lines_and_many_are_summarised(
         rep.end_client()
     rep.end_round("acc 0.5")
     lines = messages(capfd.readouterr().err)
-    assert lines[0] == "experiment: 1 runs"
+    assert lines[0] == "experiment: 1 run"
     assert lines[2] == "run 1/1 round 1/1 client c2 (3/6) 12.0s"
     assert lines[3].startswith(
         "run 1/1 round 1/1: acc 0.5 | 17.0s, 6 clients 1.0-12.0s (slowest c2) |"

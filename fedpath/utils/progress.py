@@ -56,6 +56,11 @@ Clock = Callable[[], float]
 Level = Literal["run", "method", "all"]
 
 
+def plural(n: int, word: str) -> str:
+    """``1 run``, ``4 runs``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 class Reporter(Closing):
     """Silent reporter; the base of :class:`RichReporter` and :class:`LineReporter`.
 
@@ -427,8 +432,8 @@ class LineReporter(Reporter):
 
     def start_suite(self, runs: int, methods: int, rounds: int | None = None) -> None:
         self.pace.start_suite(runs, rounds)
-        what = f", {rounds} rounds" if rounds else ""
-        self._line(f"suite: {methods} methods, {runs} runs{what}")
+        what = f", {plural(rounds, 'round')}" if rounds else ""
+        self._line(f"suite: {plural(methods, 'method')}, {plural(runs, 'run')}{what}")
 
     def start_method(self, k: int, n: int, label: str) -> None:
         self._line(f"method {k}/{n} {label}")
@@ -436,13 +441,13 @@ class LineReporter(Reporter):
     def start_runs(self, total: int) -> None:
         self.pace.start_runs(total)
         if not self.pace.suite:
-            self._line(f"experiment: {total} runs")
+            self._line(f"experiment: {plural(total, 'run')}")
 
     def start_run(self, label: str, rounds: int, done: int = 0) -> None:
         self.pace.start_run(rounds, done)
         self._run = self._number()
         resumed = f", resuming after round {done}" if done else ""
-        self._line(f"{self._run} {label}: {rounds} rounds{resumed}")
+        self._line(f"{self._run} {label}: {plural(rounds, 'round')}{resumed}")
 
     def _number(self) -> str:
         """``run 3/8``; ``run 3`` where nobody said how many (``start_runs``)."""

@@ -209,23 +209,24 @@ def load_config(
         raise ConfigError(f"{err}{where}") from None
 
 
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping; errors name the file and line."""
+def read_yaml_mapping(
+    path: Path,
+    what: str = "config file",
+    expected: str = "a mapping at the top level",
+) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping (empty: ``{}``); errors name
+    ``what`` and the file (a node policy, a client registry read it too)."""
+    where = f"{what} {str(path)!r}"
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        raise ConfigError(f"{where} does not exist")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise ConfigError(
-            f"config file {str(path)!r} is not valid YAML: {err}"
-        ) from None
+        raise ConfigError(f"{where} is not valid YAML: {err}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(
-            f"config file {str(path)!r}: expected a mapping at the top level, "
-            f"got {type(data).__name__}"
-        )
+        raise ConfigError(f"{where}: expected {expected}, got {type(data).__name__}")
     return data
 
 

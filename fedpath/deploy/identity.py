@@ -22,10 +22,8 @@ claiming an id that a live node already serves are refused and logged.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 from pathlib import Path
 
-import yaml
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -80,15 +78,13 @@ def verify_hello(public_key: str, nonce: str, client_id: str, signature: str) ->
 
 def load_registry(path: Path) -> dict[str, str]:
     """client id -> OpenSSH public key line, from a registry file (module docstring)."""
+    from fedpath.config import read_yaml_mapping
+
     where = f"client registry {str(path)!r}"
-    if not path.is_file():
-        raise ConfigError(f"{where} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where} is not valid YAML: {err}") from None
-    if not isinstance(raw, Mapping) or not raw:
-        raise ConfigError(f"{where}: expected a mapping 'client id: public key file'")
+    expected = "a mapping 'client id: public key file'"
+    raw = read_yaml_mapping(path, "client registry", expected)
+    if not raw:
+        raise ConfigError(f"{where}: expected {expected}")
     out: dict[str, str] = {}
     for cid, value in raw.items():
         text = str(value).strip()

@@ -185,19 +185,13 @@ def _known(name: str) -> bool:
 
 def load_policy(path: Path | None, allow_non_private: Iterable[str] = ()) -> NodePolicy:
     """The policy file (or the default policy), plus opt-ins from the command line."""
+    from fedpath.config import read_yaml_mapping
+
     raw: dict[str, Any] = {}
     where = "the default node policy"
     if path is not None:
         where = f"node policy {str(path)!r}"
-        if not path.is_file():
-            raise ConfigError(f"{where} does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{where} is not valid YAML: {err}") from None
-        if loaded is not None and not isinstance(loaded, Mapping):
-            raise ConfigError(f"{where}: expected a mapping of policy keys")
-        raw = dict(loaded or {})
+        raw = read_yaml_mapping(path, "node policy", "a mapping of policy keys")
     extra = list(allow_non_private)
     if extra:
         raw["allow_non_private"] = [*(raw.get("allow_non_private") or []), *extra]

@@ -110,11 +110,10 @@ class DPFedAvgClient(WeightsClient):
         if stage != FIT:
             raise ProtocolError(f"dp_fedavg has no stage {stage!r}")
         reply = super().handle(stage, payload, state)
-        clipped, norm = clip_update(
+        # the pre-clip norm stays here: releasing it would bypass the clip
+        clipped, _ = clip_update(
             reply.group(WEIGHTS), payload.group(WEIGHTS), self.params.clip
         )
-        # the pre-clip norm stays here: releasing it would bypass the clip
-        del norm
         return Payload({WEIGHTS: clipped}, dict(reply.scalars))
 
 

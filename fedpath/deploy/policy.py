@@ -308,7 +308,7 @@ def check_reply(
     for group, arrays in reply.arrays.items():
         for key, arr in arrays.items():
             shape = tuple(int(s) for s in getattr(arr, "shape", ()))
-            if image_size and not raw_ok and _image_shaped(shape, image_size):
+            if image_size and not raw_ok and image_shaped(shape, image_size):
                 raise _refuse(
                     "images",
                     f"the {stage!r} reply's array {group}/{key} has shape {shape}, "
@@ -336,7 +336,7 @@ def check_reply(
             )
 
 
-def _image_shaped(shape: tuple[int, ...], size: int) -> bool:
+def image_shaped(shape: tuple[int, ...], size: int) -> bool:
     """(..., C, S, S) or (..., S, S, C) with S the images' side: at least three
     dimensions, so a weight matrix of S x S is not mistaken for an image."""
     if len(shape) < 3:

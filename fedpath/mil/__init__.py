@@ -16,8 +16,9 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedpath.utils.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy exports below resolve to
     from fedpath.mil.alignment import alignment_loss
@@ -67,10 +68,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"fedpath.mil.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'fedpath.mil' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -76,7 +76,7 @@ def image_size_of(run_dir: Path) -> int | None:
 
 def verdict(records: list[dict[str, Any]], image_size: int | None) -> list[str]:
     """What left the clients that is not weights, statistics or synthetic data."""
-    from fedpath.deploy.policy import _image_shaped
+    from fedpath.deploy.policy import image_shaped
 
     findings = []
     for r in records:
@@ -85,7 +85,7 @@ def verdict(records: list[dict[str, Any]], image_size: int | None) -> list[str]:
             if group in RAW_GROUPS:
                 what = RAW_GROUPS[group]
                 findings.append(f"{where}: {group}/{name} carries {what}")
-            elif image_size and _image_shaped(tuple(shape), image_size):
+            elif image_size and image_shaped(tuple(shape), image_size):
                 shown = tuple(shape)
                 findings.append(f"{where}: {group}/{name} {shown} is image-shaped")
     return findings

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedpath.utils.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy exports below resolve to
     from fedpath.ssl.atsa import ATSA, check_atsa_bounds, instability
@@ -23,10 +24,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(f"fedpath.ssl.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'fedpath.ssl' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from fedpath import __version__
 from fedpath.catalog import KINDS
 from fedpath.errors import USER_ERRORS
-from fedpath.utils.cli_args import add_overrides, add_quiet, is_quiet
+from fedpath.utils.cli_args import add_launcher, add_overrides, add_quiet, is_quiet
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "skip finished ones",
     )
     run.add_argument("--table", action="store_true", help="print the results table")
+    add_launcher(run)
     common(run)
 
     demo = sub.add_parser(
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_overrides(demo, "NAME: fedhd, fedad", metavar="[NAME] key=value")
     demo.add_argument("--methods", help="comma-separated subset of the demo's methods")
     demo.add_argument("--resume", action="store_true")
+    add_launcher(demo)
     common(demo)
 
     suite = sub.add_parser(
@@ -85,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("suite", type=Path, help="suite YAML file")
     add_overrides(suite, "overrides applied to every variant (e.g. seeds=[0])")
     suite.add_argument("--only", help="comma-separated subset of the variants")
-    suite.add_argument("--resume", action="store_true")
+    suite.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip finished cells, continue interrupted ones from their checkpoint",
+    )
+    add_launcher(suite)
     suite.add_argument(
         "--metric", help="metric to tabulate (default: the suite's, else accuracy)"
     )
@@ -249,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args, quiet)
     except USER_ERRORS as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        # the message is text, not markup: 'fedpath[ray]', seeds=[0,1] print as written
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted; continue with --resume")

@@ -12,11 +12,15 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.base import DomainDataset
+
+if TYPE_CHECKING:
+    from fedpath.runtime.launch import LaunchOptions
 
 #: the packaged demos: ``fedpath demo [NAME]``
 DEMOS = ("stain", "fedhd", "fedad")
@@ -31,17 +35,125 @@ def _console(quiet: bool) -> Console:
 
 
 def _cmd_run(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.runtime.experiment import run_dir_for, run_experiment
-    from fedpath.utils.progress import make_reporter
+    from fedpath.runtime.experiment import run_dir_for
 
     cfg = load_config(args.config, args.overrides)
-    with make_reporter(quiet) as rep:
-        run_experiment(cfg, rep, resume=args.resume)
+    code = _execute([cfg], args, quiet, args.resume)
+    if getattr(args, "status", False):
+        return code
     out = run_dir_for(cfg, "x", 0).parent.parent
     _console(quiet).print(f"results in {out}")
-    if args.table:
+    if args.table and code == 0:
         _print_table([out], "accuracy", "target", "markdown", None, quiet)
-    return 0
+    return code
+
+
+def _launch(args: argparse.Namespace) -> LaunchOptions:
+    from fedpath.runtime.launch import launch_options
+
+    return launch_options(
+        getattr(args, "launcher", None),
+        getattr(args, "jobs", None),
+        getattr(args, "address", None),
+    )
+
+
+def _load_datasets(configs: Sequence[ExperimentConfig]) -> dict[str, DomainDataset]:
+    from fedpath.runtime.experiment import load_dataset
+
+    datasets: dict[str, DomainDataset] = {}
+    for cfg in configs:
+        if repr(cfg.data) not in datasets:
+            datasets[repr(cfg.data)] = load_dataset(cfg.data)
+    return datasets
+
+
+def _execute(
+    configs: Sequence[ExperimentConfig],
+    args: argparse.Namespace,
+    quiet: bool,
+    resume: bool,
+    datasets: dict[str, DomainDataset] | None = None,
+    suite: bool = False,
+) -> int:
+    """Run (or with ``--status`` describe) every cell of ``configs`` with the
+    launcher of ``args``; 0, or 1 when a cell of a parallel launcher failed."""
+    from fedpath.runtime.cells import (
+        clear_failure,
+        hold_locks,
+        plan_cells,
+        status_table,
+    )
+    from fedpath.runtime.experiment import run_experiment
+    from fedpath.runtime.launch import (
+        check_launcher,
+        make_view,
+        oversubscription,
+        run_parallel,
+    )
+    from fedpath.utils.progress import make_reporter, plural
+
+    opts = _launch(args)
+    datasets = datasets if datasets is not None else _load_datasets(configs)
+    cells = plan_cells(configs, datasets)
+    console = _console(quiet)
+    if getattr(args, "status", False):
+        table, counts = status_table(cells)
+        _console(False).print(table, highlight=False, markup=False)
+        summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+        _console(False).print(
+            f"{plural(len(cells), 'cell')}: {summary}", highlight=False
+        )
+        return 0
+    if not opts.parallel:
+        reporter = make_reporter(quiet)
+        rounds = sum(c.rounds for c in cells)
+        with hold_locks(cells) as locks, reporter as rep:
+            current: list[Path] = []
+
+            def before_run(run_dir: Path) -> None:
+                for done in current:
+                    locks.release_one(done)
+                current[:] = [run_dir]
+                locks.mark(run_dir, "running")
+                clear_failure(run_dir)
+
+            if suite:
+                rep.start_suite(len(cells), len(configs), rounds)
+            for k, cfg in enumerate(configs, 1):
+                if suite:
+                    rep.start_method(k, len(configs), cfg.method)
+                run_experiment(
+                    cfg,
+                    rep,
+                    resume=resume,
+                    dataset=datasets[repr(cfg.data)],
+                    before_run=before_run,
+                )
+        return 0
+    check_launcher(opts)
+    warning = oversubscription(cells, opts)
+    if warning:
+        _console(False).print(warning, highlight=False, markup=False)
+    how = (
+        f"{plural(min(opts.jobs, len(cells)), 'local worker')}"
+        if opts.launcher == "local"
+        else f"Ray ({opts.address or 'a local instance'})"
+    )
+    console.print(f"{plural(len(cells), 'cell')} on {how}", highlight=False)
+    with hold_locks(cells) as locks, make_view(cells, opts.jobs, quiet) as view:
+        results = run_parallel(cells, opts, resume, locks, view)
+    failed = [r for r in results if not r.ok]
+    for res in failed:
+        cell = cells[res.index - 1]
+        first = res.error.splitlines()[0] if res.error else ""
+        _console(False).print(
+            f"failed: cell {cell.index} {cell.label}: {res.kind}: {first} (traceback "
+            f"in {cell.run_dir / 'failed.json'})",
+            highlight=False,
+            markup=False,
+        )
+    return 1 if failed else 0
 
 
 def _only(text: str | None) -> list[str] | None:
@@ -62,7 +174,7 @@ def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
     path = _packaged_config(files[name])
     description, configs = load_suite(path, overrides, _only(args.methods))
     metrics = suite_metrics(path) or ["accuracy", "balanced_accuracy"]
-    return _run_suite(description, configs, quiet, args.resume, metrics)
+    return _run_suite(description, configs, quiet, args.resume, metrics, args)
 
 
 def _cmd_suite(args: argparse.Namespace, quiet: bool) -> int:
@@ -70,7 +182,9 @@ def _cmd_suite(args: argparse.Namespace, quiet: bool) -> int:
 
     description, configs = load_suite(args.suite, args.overrides, _only(args.only))
     metrics = [args.metric] if args.metric else suite_metrics(args.suite)
-    return _run_suite(description, configs, quiet, args.resume, metrics or ["accuracy"])
+    return _run_suite(
+        description, configs, quiet, args.resume, metrics or ["accuracy"], args
+    )
 
 
 def _run_suite(
@@ -79,50 +193,49 @@ def _run_suite(
     quiet: bool,
     resume: bool,
     metrics: Sequence[str],
+    args: argparse.Namespace | None = None,
 ) -> int:
-    from fedpath.runtime.experiment import load_dataset, plan_runs, run_experiment
+    from fedpath.runtime.experiment import find_runs, plan_runs
     from fedpath.utils.progress import make_reporter, plural
 
-    reporter = make_reporter(quiet)  # a bad FEDPATH_PROGRESS fails before any work
+    args = args or argparse.Namespace()
+    make_reporter(quiet)  # a bad FEDPATH_PROGRESS fails before any work
     console = _console(quiet)
     head = configs[0]
-    datasets: dict[str, DomainDataset] = {}
-    for cfg in configs:
-        if repr(cfg.data) not in datasets:
-            datasets[repr(cfg.data)] = load_dataset(cfg.data)
+    datasets = _load_datasets(configs)
     first = datasets[repr(head.data)]
-    # counted up front (a bad lodo.targets fails before anything trains) for the
-    # suite's progress: all runs, all rounds, of all methods
-    runs = [len(plan_runs(cfg, datasets[repr(cfg.data)])) for cfg in configs]
-    rounds = sum(n * cfg.train.rounds for n, cfg in zip(runs, configs, strict=True))
+    # counted up front: a bad lodo.targets fails before anything trains
+    for cfg in configs:
+        plan_runs(cfg, datasets[repr(cfg.data)])
     per_client = head.evaluation.protocol == "local" and head.lodo.targets == "none"
     if per_client:
         shape = f"{len(first.domains)} hospitals evaluated on their own test slides"
     else:
         targets = first.domains if head.lodo.targets == "all" else head.lodo.targets
         shape = plural(len(targets), "unseen domain")
-    console.print(
+    status = getattr(args, "status", False)
+    (_console(False) if status else console).print(
         f"{description}: {plural(len(configs), 'method')} x {shape} x "
         f"{plural(len(head.seeds), 'seed')}"
     )
     start = time.perf_counter()
-    with reporter as rep:
-        rep.start_suite(sum(runs), len(configs), rounds)
-        for k, cfg in enumerate(configs, 1):
-            rep.start_method(k, len(configs), cfg.method)
-            run_experiment(cfg, rep, resume=resume, dataset=datasets[repr(cfg.data)])
+    code = _execute(configs, args, quiet, resume, datasets, suite=True)
+    if status:
+        return code
     outs = sorted({Path(c.output_dir) / c.name for c in configs})
     console.print(
         f"finished in {time.perf_counter() - start:.0f} s; runs in "
         f"{', '.join(map(str, outs))}"
     )
+    if not any(find_runs([o]) for o in outs if o.exists()):
+        return code
     labels = [c.method for c in configs]
     split = "clients" if per_client else "target"
     for metric in metrics:
         _print_table(outs, metric, split, "markdown", None, quiet, labels)
     if head.lodo.source_eval and head.evaluation.protocol == "classifier":
         _print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
-    return 0
+    return code
 
 
 def _cmd_table(args: argparse.Namespace, quiet: bool) -> int:

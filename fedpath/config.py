@@ -42,6 +42,10 @@ from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their 
     resolve_params,
 )
 
+#: config keys that do not change what a run computes (beyond the last bits of
+#: float rounding, for the thread count): outside :meth:`ExperimentConfig.hash`
+RUN_LOCAL_KEYS = ("output_dir", "runtime.threads", "runtime.feature_cache")
+
 
 @dataclass(frozen=True)
 class ExperimentConfig(Checked):
@@ -131,11 +135,18 @@ class ExperimentConfig(Checked):
     def hash(self) -> str:
         """Short stable hash of the resolved config (identifies a model's origin).
 
-        ``output_dir`` is left out: it says where a run is kept, not what it is,
-        so a run directory moved elsewhere still resumes.
+        :data:`RUN_LOCAL_KEYS` are left out: they say where a run is kept and how
+        many threads ran it, not what it is, so a run directory moved elsewhere,
+        or a suite resumed with another launcher (which sets ``runtime.threads``),
+        still resumes.
         """
         raw = self.to_dict()
-        raw.pop("output_dir", None)
+        for key in RUN_LOCAL_KEYS:
+            *parents, leaf = key.split(".")
+            node = raw
+            for part in parents:
+                node = node.get(part, {})
+            node.pop(leaf, None)
         blob = json.dumps(raw, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

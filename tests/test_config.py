@@ -45,6 +45,16 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
     assert load_config(None, ["train.rounds=9"]).hash() != cfg.hash()
 
 
+def test_hash_leaves_out_where_and_on_how_many_threads_a_run_ran() -> None:
+    # a suite resumed with another launcher (which sets runtime.threads) or moved
+    # elsewhere is the same experiment; the device is not
+    base = load_config(None)
+    for over in ("output_dir=/else", "runtime.threads=3", "runtime.feature_cache=/c"):
+        assert load_config(None, [over]).hash() == base.hash(), over
+    assert load_config(None, ["runtime.device=cuda"]).hash() != base.hash()
+    assert load_config(None, ["runtime.precision=bf16"]).hash() != base.hash()
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

@@ -14,7 +14,7 @@ the files in it)::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +62,12 @@ def run_experiment(
     reporter: Reporter | None = None,
     resume: bool = False,
     dataset: DomainDataset | None = None,
+    before_run: Callable[[Path], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every fold x seed of ``cfg``; return their final records."""
+    """Run every fold x seed of ``cfg``; return their final records.
+
+    ``before_run``: called with each run's directory before it starts (the suite
+    marks its lock ``running``)."""
     reporter = reporter or Reporter()
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
@@ -72,9 +76,10 @@ def run_experiment(
     reporter.start_runs(len(plan))
     records = []
     for fold, seed in plan:
-        run = InProcessRun(
-            cfg, dataset, fold, seed, run_dir_for(cfg, fold.target, seed), reporter
-        )
+        run_dir = run_dir_for(cfg, fold.target, seed)
+        if before_run is not None:
+            before_run(run_dir.absolute())
+        run = InProcessRun(cfg, dataset, fold, seed, run_dir, reporter)
         records.append(run.run(resume=resume))
     return records
 

@@ -183,7 +183,9 @@ def check_same_config(
         old = _flat(yaml.safe_load(saved.read_text()) or {})
         new = _flat(cfg.to_dict())
         keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        keys = [k for k in keys if k != "output_dir"]
+        from fedpath.config import RUN_LOCAL_KEYS
+
+        keys = [k for k in keys if k not in RUN_LOCAL_KEYS]
     shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
     raise ResumeError(
         f"{run_dir} finished with another config (differing keys: "

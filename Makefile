@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedpath-installed
 TORCH_INDEX ?=
 
-.PHONY: install demo test lint typecheck unit docs bench clean
+.PHONY: install demo test lint typecheck unit browser docs bench clean
 
 install: $(STAMP)
 
@@ -30,7 +30,16 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+# the report's browser test needs Chromium: Debian's, installed where missing and
+# possible (the test skips, saying so, where it is not)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+	  (apt-get update -q >/dev/null 2>&1 && \
+	   apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1) || \
+	  echo "chromium could not be installed: the report's browser test will skip"
+
+unit: install browser
 	$(BIN)/pytest
 
 docs: install

@@ -23,26 +23,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from fedpath.stain import (
-    StatPool,
-    augmix,
-    image_statistics,
-    mixstyle,
-    randstain,
-    restyle,
-    to_space,
-)
-from fedpath.stain.color import from_space
+from fedpath.report.fig_augment import COLUMNS, augmentations, build_grid
+from fedpath.stain import image_statistics, to_space
 
 PATCH_ROOT = Path(os.environ.get("FEDPATH_AMIBR", "amibr-not-set")) / "patches"
-COLUMNS = (
-    "original",
-    "RandStain",
-    "higher-order only",
-    "MixStyle sound",
-    "MixStyle paper",
-    "AugMix",
-)
 
 
 def load_patches(n: int, seed: int, root: Path = PATCH_ROOT) -> torch.Tensor:
@@ -65,45 +49,6 @@ def load_patches(n: int, seed: int, root: Path = PATCH_ROOT) -> torch.Tensor:
         for i in range(len(profiles))
     ]
     return torch.from_numpy(np.concatenate(parts)).float() / 255.0
-
-
-def augmentations(
-    x: torch.Tensor, pool_images: torch.Tensor, seed: int
-) -> list[torch.Tensor]:
-    """The grid's columns for the row images ``x``."""
-    lab_pool = StatPool.from_images(pool_images, "lab")
-    rgb_pool = StatPool.from_images(pool_images, "rgb")
-    g = torch.Generator().manual_seed(seed)
-    rand_stain = randstain(x, lab_pool, g, p=1.0)
-    # Higher-order only: skewness/kurtosis of a random pool entry, own mean/std kept.
-    g = torch.Generator().manual_seed(seed + 1)
-    lab = to_space(x, "lab")
-    entries = lab_pool.sample(x.shape[0], g, mode="direct")
-    shaped = restyle(lab, None, entries[..., 2:], "skew_kurt")
-    higher_only = from_space(shaped, "lab")
-    g = torch.Generator().manual_seed(seed + 2)
-    # alpha = 0.5 shows the mixing more clearly than the training default 0.1,
-    # whose lambda is almost always ~0 or ~1.
-    mix_sound = mixstyle(x, rgb_pool, g, alpha=0.5, mode="sound")
-    g = torch.Generator().manual_seed(seed + 2)
-    mix_paper = mixstyle(x, rgb_pool, g, alpha=0.5, mode="paper")
-    g = torch.Generator().manual_seed(seed + 3)
-    aug = augmix(x, g)
-    return [x, rand_stain, higher_only, mix_sound, mix_paper, aug]
-
-
-def build_grid(columns: list[torch.Tensor], gap: int = 4) -> np.ndarray:
-    """``(H, W, 3)`` uint8 sheet, one column per tensor, one row per image."""
-    n, _, h, w = columns[0].shape
-    sheet = np.full(
-        (n * (h + gap) + gap, len(columns) * (w + gap) + gap, 3), 255, dtype=np.uint8
-    )
-    for j, col in enumerate(columns):
-        imgs = (col.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).numpy()
-        for i in range(n):
-            y, x = gap + i * (h + gap), gap + j * (w + gap)
-            sheet[y : y + h, x : x + w] = imgs[i]
-    return sheet
 
 
 def main() -> None:

@@ -202,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fedpath.mil import render_cli
 
     render_cli.register(sub)
+    from fedpath.report import cli as report_cli
+
+    report_cli.register(sub)
 
     sr = sub.add_parser(
         "stain-report",
@@ -327,6 +330,8 @@ def _dispatch(args: argparse.Namespace, quiet: bool) -> int:
         return _cmd_audit(args)
     if args.command == "check":
         return _cmd_check(args)
+    if hasattr(args, "report_handler"):
+        return int(args.report_handler(args))
     if hasattr(args, "fedhd_render_handler"):
         return int(args.fedhd_render_handler(args))
     if hasattr(args, "ssl_handler"):

@@ -76,6 +76,17 @@ def collect(paths: Iterable[Path]) -> Curves:
     }
 
 
+def _protocol(results: Path) -> str | None:
+    """The run's ``evaluation.protocol`` from its ``config.yaml`` (None: none)."""
+    cfg = results.parent / "config.yaml"
+    if not cfg.is_file():
+        return None
+    import yaml
+
+    raw = yaml.safe_load(cfg.read_text()) or {}
+    return str(raw.get("evaluation", {}).get("protocol", "classifier"))
+
+
 def _xy(points: Sequence[tuple[int, float]]) -> tuple[list[int], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
@@ -87,6 +98,16 @@ def plot_ssl(paths: Sequence[Path], out: Path, title: str | None = None) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    supervised = [
+        f for f in find_results(paths) if _protocol(f) not in (None, "linear_probe")
+    ]
+    if supervised and len(supervised) == len(find_results(paths)):
+        raise ConfigError(
+            f"plot-ssl draws self-supervised runs (FedAD and its baselines); "
+            f"{supervised[0].parent} is a supervised run (evaluation.protocol: "
+            f"{_protocol(supervised[0])}): `fedpath report {supervised[0].parent} "
+            "--out report.html` shows its curves"
+        )
     curves = collect(paths)
     if not any("fit/loss" in c for c in curves.values()):
         raise ConfigError("plot-ssl: the runs have no round records with fit/loss")

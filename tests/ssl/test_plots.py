@@ -10,7 +10,7 @@ import pytest
 
 from fedpath.config import ConfigError
 from fedpath.ssl import cli
-from fedpath.ssl.plots import collect
+from fedpath.ssl.plots import collect, plot_ssl
 
 
 def fake_run(root: Path, method: str, seed: int, with_atsa: bool) -> Path:
@@ -57,3 +57,15 @@ def test_missing_runs_are_named(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="no results.jsonl"):
         collect([tmp_path / "empty"])
+
+
+def test_supervised_runs_are_refused_with_a_pointer_to_the_report(
+    tmp_path: Path,
+) -> None:
+    run = fake_run(tmp_path, "fedavg", 0, False)
+    (run / "config.yaml").write_text("evaluation:\n  protocol: classifier\n")
+    with pytest.raises(ConfigError, match="is a supervised run.*fedpath report"):
+        plot_ssl([tmp_path], tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+    (run / "config.yaml").write_text("evaluation:\n  protocol: linear_probe\n")
+    assert plot_ssl([tmp_path], tmp_path / "x.png").is_file()

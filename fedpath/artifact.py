@@ -73,6 +73,9 @@ class ModelMeta:
     trained_on: list[str] = field(default_factory=list)
     held_out: str = ""
     seed: int | None = None
+    #: the run's data config (``name``, ``root``, ``params``): ``fedpath evaluate
+    #: MODEL NAME:DOMAIN`` rebuilds the run's data from it ({}: an older file)
+    data: dict[str, Any] = field(default_factory=dict)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
     # the encoder's own expectations and provenance
     # (fedpath.models.pretrained.encoder_info); defaults keep older files loading

@@ -116,8 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     table.add_argument(
         "--split",
-        default="target",
+        default=None,
         choices=["target", "source_mean", "source_worst", "clients"],
+        help="which evaluation to tabulate: the unseen target domain, the sources' "
+        "test splits (mean or worst), or each client's own test split (one column "
+        "per client; runs with lodo.targets: none have only this). Default: target "
+        "when the runs have it, else clients",
     )
     table.add_argument(
         "--select",
@@ -137,8 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate an exported model (model.fpm) on any readable dataset",
         description="DATA is a manifest CSV (path,label,domain[,slide]), a folder of "
         "<class>/ or <domain>/<class>/ image folders, or NAME[:DOMAIN,...] for a "
-        "registered dataset (configured by --config and key=value overrides). Prints "
-        "accuracy, balanced accuracy, macro-F1, AUROC, MCC and the confusion matrix.",
+        "registered dataset: NAME:DOMAIN is rebuilt with the data settings of the "
+        "model's run (recorded in model.fpm; data.* key=value overrides change them, "
+        "--config replaces them). Class folders (and manifest labels) match the "
+        "model's classes case-insensitively; --class-map maps other names. Prints "
+        "accuracy, balanced accuracy, macro-F1, AUROC, MCC with bootstrap 95% "
+        "intervals of the balanced accuracy and AUROC, per-class sensitivity and "
+        "specificity, and the confusion matrix (rows: true class, columns: predicted "
+        "class).",
     )
     ev.add_argument("model", type=Path, help="model file written by a run (model.fpm)")
     ev.add_argument("data", help="manifest .csv, image folder, or NAME[:DOMAIN,...]")
@@ -152,6 +162,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--skip-bad",
         action="store_true",
         help="skip (and count) unreadable images instead of failing",
+    )
+    ev.add_argument(
+        "--class-map",
+        metavar="FOLDER=CLASS,...",
+        help="map class folder names (or manifest labels, or a registered dataset's "
+        "classes) to the model's classes, e.g. Mitosis=atypical,Normal=normal; "
+        "names not listed match a class of the same name in any case",
+    )
+    ev.add_argument(
+        "--split",
+        default="all",
+        choices=["all", "test", "train"],
+        help="which part of a registered dataset to score (NAME:DOMAIN): every "
+        "image, or its test (train) split; a folder or manifest is scored whole",
+    )
+    ev.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="resamples of the images for the 95%% confidence intervals of the "
+        "balanced accuracy and AUROC (percentiles 2.5 and 97.5); 0: none",
+    )
+    ev.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the bootstrap resampling (the same seed, the same intervals)",
     )
     common(ev)
 

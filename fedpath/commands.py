@@ -44,7 +44,7 @@ def _cmd_run(args: argparse.Namespace, quiet: bool) -> int:
     out = run_dir_for(cfg, "x", 0).parent.parent
     _console(quiet).print(f"results in {out}")
     if args.table and code == 0:
-        _print_table([out], "accuracy", "target", "markdown", None, quiet)
+        _print_table([out], "accuracy", None, "markdown", None, quiet)
     return code
 
 
@@ -254,17 +254,24 @@ def _cmd_table(args: argparse.Namespace, quiet: bool) -> int:
 def _print_table(
     paths: Sequence[Path],
     metric: str,
-    split: str,
+    split: str | None,
     fmt: str,
     out: Path | None,
     quiet: bool,
     methods: Sequence[str] | None = None,
     select: str = "last",
 ) -> None:
+    """Print (and with ``out`` write) the table of ``metric`` on ``split`` of the
+    runs under ``paths``; ``split`` None: the first of ``target``, ``clients``,
+    ... that these runs have (runs with ``lodo.targets: none`` have only
+    ``clients``), said in the title."""
     from fedpath.evaluation.tables import build_table, to_csv, to_latex, to_markdown
-    from fedpath.runtime.experiment import collect_rows
+    from fedpath.runtime.experiment import collect_rows, splits_of
     from fedpath.utils.io import atomic_write_text
 
+    if split is None:
+        have = splits_of(paths)
+        split = have[0] if have else "target"  # none: collect_rows says why
     rows = collect_rows(paths, split, select)
     if rows and not any(metric in r.metrics for r in rows):
         have = sorted(
@@ -275,9 +282,14 @@ def _print_table(
                 if isinstance(v, int | float) and k != "n"
             }
         )
+        listed = (
+            f"expected one of {', '.join(have)}"
+            if have
+            else "these runs recorded no numeric metric for this split"
+        )
         raise ConfigError(
-            f"--metric: {metric!r} is not among these runs' metrics; expected one "
-            f"of {', '.join(have)}"
+            f"--metric: {metric!r} is not among these runs' metrics on --split "
+            f"{split}; {listed}"
         )
     if methods is not None:  # keep the suite's methods, in the suite's order
         rows = sorted(
@@ -325,44 +337,109 @@ def _cmd_stain_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace, quiet: bool) -> int:
-    import json
-
     from fedpath.artifact import load_model
-    from fedpath.inference import evaluate, open_data
-    from fedpath.utils.io import atomic_write_text
+    from fedpath.inference import evaluate, open_data, parse_class_map
+    from fedpath.utils.io import atomic_write_text, dumps_json
 
     model = load_model(args.model)
-    ds, domains = open_data(
-        args.data, model, args.config, args.overrides, args.skip_bad
+    class_map = parse_class_map(args.class_map, model.class_names)
+    opened = open_data(
+        args.data,
+        model,
+        args.config,
+        args.overrides,
+        args.skip_bad,
+        class_map,
+        args.split,
     )
-    result = evaluate(model, ds, domains, per_domain=args.per_domain)
+    ds = opened.dataset
+    result = evaluate(
+        model,
+        ds,
+        opened.domains,
+        per_domain=args.per_domain,
+        split=args.split,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+    )
     result["model"] = str(args.model)
     result["data"] = args.data
+    if opened.settings is not None:
+        result["data_settings"] = opened.settings
+    if opened.renamed:
+        result["class_map"] = opened.renamed
     result["skipped"] = ds.skipped
     console = Console(soft_wrap=True)
-    _print_metrics(console, "all", result, model.class_names)
+    if opened.settings is not None:
+        s = opened.settings
+        params = ", ".join(f"{k}={v}" for k, v in s["params"].items())
+        root = f", root {s['root']}" if s["root"] else ""
+        console.print(
+            f"data {s['name']}{root} ({params}): settings from {s['source']}",
+            highlight=False,
+            markup=False,
+        )
+    if opened.renamed:
+        matched = ", ".join(f"{k} -> {v}" for k, v in opened.renamed.items())
+        console.print(f"classes matched: {matched}", highlight=False, markup=False)
+    part = "" if args.split == "all" else f" ({args.split} split)"
+    _print_metrics(console, f"all{part}", result, model.class_names)
     for d, m in result.get("per_domain", {}).items():
-        _print_metrics(console, d, m, model.class_names)
+        _print_metrics(console, f"{d}{part}", m, model.class_names)
     if ds.skipped:
         console.print(f"skipped {len(ds.skipped)} unreadable images (--skip-bad)")
     if args.out:
-        atomic_write_text(args.out, json.dumps(result, indent=2))
+        atomic_write_text(args.out, dumps_json(result, indent=2))
     return 0
 
 
 def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) -> None:
+    """One report of :func:`fedpath.inference.evaluate`: the metrics, their
+    bootstrap intervals, per-class sensitivity and specificity, the operating
+    point's metrics, and the confusion matrix with the class names."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{title}: {m['n']} images", show_header=True)
+    def num(v: float) -> str:
+        return "n/a" if v != v else f"{v:.4f}"  # nan: undefined
+
+    table = Table(title=f"{escape(title)}: {m['n']} images", show_header=True)
     names = ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc")
     for name in names:
         table.add_column(name)
-    table.add_row(*(f"{m[k]:.4f}" for k in names))
+    table.add_row(*(num(m[k]) for k in names))
     console.print(table)
+    bs = m.get("bootstrap")
+    if bs is not None:
+
+        def ci(lo: float, hi: float) -> str:
+            return "n/a (one class)" if lo != lo else f"{lo:.4f}-{hi:.4f}"
+
+        console.print(
+            f"{100 * bs['level']:.0f}% bootstrap CI ({bs['resamples']} resamples of "
+            f"the images, seed {bs['seed']}): balanced_accuracy "
+            f"{ci(*bs['balanced_accuracy'])}, auroc {ci(*bs['auroc'])}",
+            highlight=False,
+        )
     if "temperature" in m:
         console.print(
             f"probabilities scaled by the model's temperature {m['temperature']:.4f}"
         )
+    per_class = m.get("per_class")
+    if per_class is not None:
+        console.print(
+            "per class, one vs the rest: sensitivity (recall) = TP/(TP+FN), "
+            "specificity = TN/(TN+FP)",
+            highlight=False,
+        )
+        pc = Table()
+        for col in ("class", "n", "sensitivity", "specificity"):
+            pc.add_column(col)
+        for c, r in per_class.items():
+            pc.add_row(
+                escape(c), str(r["n"]), num(r["sensitivity"]), num(r["specificity"])
+            )
+        console.print(pc)
     op = m.get("operating_point")
     if op is not None:
         cols = ("sensitivity", "specificity", *names[:2], "mcc")
@@ -371,14 +448,18 @@ def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) ->
         )
         for name in cols:
             point.add_column(name)
-        point.add_row(*(f"{op[k]:.4f}" for k in cols))
+        point.add_row(*(num(op[k]) for k in cols))
         console.print(point)
-    cm = Table(title="confusion matrix (rows: true, columns: predicted)")
-    cm.add_column("")
+    console.print(
+        "confusion matrix: rows = true class, columns = predicted class",
+        highlight=False,
+    )
+    cm = Table()
+    cm.add_column("true \\ predicted")
     for c in classes:
-        cm.add_column(c)
+        cm.add_column(escape(c))
     for c, row in zip(classes, m["confusion"], strict=True):
-        cm.add_row(c, *map(str, row))
+        cm.add_row(escape(c), *map(str, row))
     console.print(cm)
 
 

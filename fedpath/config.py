@@ -44,7 +44,14 @@ from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their 
 
 #: config keys that do not change what a run computes (beyond the last bits of
 #: float rounding, for the thread count): outside :meth:`ExperimentConfig.hash`
-RUN_LOCAL_KEYS = ("output_dir", "runtime.threads", "runtime.feature_cache")
+#: (experiment tracking among them: it can be turned on at ``--resume``)
+RUN_LOCAL_KEYS = (
+    "output_dir",
+    "runtime.threads",
+    "runtime.feature_cache",
+    "runtime.tracking",
+    "runtime.tracking_dir",
+)
 
 
 @dataclass(frozen=True)
@@ -206,7 +213,14 @@ def resolve_data_root(root: str | None) -> str | None:
 def load_config(
     path: str | Path | None = None, overrides: Sequence[str] = ()
 ) -> ExperimentConfig:
-    """Load a YAML config (defaults if ``path`` is None) plus key=value overrides."""
+    """Load a YAML config (defaults if ``path`` is None) plus key=value overrides.
+
+    Also checks that the package of ``runtime.tracking``'s backend is installed
+    (here, where a user's config is loaded, not in :func:`build_config`: a Flower
+    node validates the coordinator's config, and tracks nothing).
+    """
+    from fedpath.runtime.tracking import check_backend  # (imports no PyTorch)
+
     raw: dict[str, Any] = {}
     if path is not None:
         raw = read_yaml_mapping(Path(path))
@@ -214,7 +228,9 @@ def load_config(
         key, value = parse_override(item)
         _set_dotted(raw, key, value)
     try:
-        return build_config(raw)
+        cfg = build_config(raw)
+        check_backend(cfg.runtime.tracking)
+        return cfg
     except ConfigError as err:
         where = f" (in {path})" if path is not None else ""
         raise ConfigError(f"{err}{where}") from None

@@ -246,6 +246,10 @@ class RuntimeConfig(Checked):
     ``feature_cache``: folder of the encoded images of ``train.cache_features``
     (null: ``<output_dir>/feature_cache``); one HDF5 file per dataset, encoder
     and weights, reused by every later run.
+    ``tracking``: also log every round's records (those of ``results.jsonl``) to
+    ``tensorboard`` or ``mlflow`` (a local file store, no server); ``none``.
+    ``tracking_dir``: where (null: ``<run_dir>/tensorboard/``, or the MLflow store
+    ``<output_dir>/mlruns``); see :mod:`fedpath.runtime.tracking`.
     """
 
     config_section = "runtime"
@@ -263,3 +267,5 @@ class RuntimeConfig(Checked):
     export_model: bool = True
     export: Literal["last", "selected"] = "last"
     feature_cache: str | None = None
+    tracking: Literal["none", "tensorboard", "mlflow"] = "none"
+    tracking_dir: str | None = None

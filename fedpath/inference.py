@@ -2,18 +2,27 @@
 
 ``evaluate``: any dataset fedpath can read (a manifest CSV, a folder per class, a
 folder per domain and class, or a registered dataset and domain), metrics overall
-and per domain. ``predict``: one CSV row per image file. Images are resized exactly
-as the training data was (:func:`fedpath.data.files.load_image`). A model file's
-temperature scales every probability, and its operating point (a threshold on the
-positive class) makes the predictions and an ``operating_point`` block of metrics.
+and per domain, per-class sensitivity and specificity and bootstrap confidence
+intervals (:mod:`fedpath.evaluation.clinical`). ``predict``: one CSV row per image
+file. Images are resized exactly as the training data was
+(:func:`fedpath.data.files.load_image`). A model file's temperature scales every
+probability, and its operating point (a threshold on the positive class) makes the
+predictions and an ``operating_point`` block of metrics.
+
+A site names its folders as it likes: class folders (and manifest labels) match
+the model's classes case-insensitively (``Normal/`` is ``normal``), and
+``--class-map FOLDER=CLASS,...`` maps other names (``Mitosis=atypical``). A
+registered dataset (``synthetic:hospital_3``) is rebuilt with the data settings the
+model's run used, which the model file records, so its metrics are the run's.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +30,13 @@ import numpy as np
 import torch
 
 from fedpath.artifact import LoadedModel
-from fedpath.config import load_config
-from fedpath.data.base import DataError, DomainDataset, Split
+from fedpath.config import (
+    ConfigError,
+    DataConfig,
+    load_config,
+    parse_override,
+)
+from fedpath.data.base import DataError, DomainDataset, Part, Split
 from fedpath.data.files import IMAGE_SUFFIXES, image_files, load_image
 from fedpath.data.manifest import (
     FileDatasetParams,
@@ -33,12 +47,119 @@ from fedpath.data.manifest import (
     scan_folders,
 )
 from fedpath.evaluation.calibration import threshold_metrics
+from fedpath.evaluation.clinical import bootstrap_ci, per_class_rates
 from fedpath.evaluation.metrics import confusion_matrix, metrics_with_confusion
 from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks.images import predict_probs
 from fedpath.utils.io import atomic_write_text
 
 Progress = Callable[[int, int], None]
+
+#: the parts of a dataset ``evaluate --split`` scores
+SPLITS: tuple[str, ...] = ("all", "test", "train")
+
+_MAP_SYNTAX = "FOLDER=CLASS[,FOLDER=CLASS...] (e.g. Mitosis=atypical,Normal=normal)"
+
+
+@dataclass
+class EvalData:
+    """What :func:`open_data` opened: the dataset, the domains chosen (None: all),
+    and for the report how its classes were matched and where a registered
+    dataset's settings came from."""
+
+    dataset: DomainDataset
+    domains: list[str] | None
+    #: folder / label / dataset class -> model class, where the names differ
+    renamed: dict[str, str]
+    #: a registered dataset's ``name``, ``root``, ``params`` and their ``source``
+    settings: dict[str, Any] | None = None
+
+
+def parse_class_map(text: str | None, classes: Sequence[str]) -> dict[str, str]:
+    """``--class-map`` (:data:`_MAP_SYNTAX`) -> {folder or label: model class}.
+
+    A class may be named in any case (it becomes the model's spelling); several
+    folders may map to one class. Errors name the option and the bad entry."""
+    if text is None:
+        return {}
+    out: dict[str, str] = {}
+    by_fold = {c.casefold(): c for c in classes}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        key, sep, value = (s.strip() for s in entry.partition("="))
+        if not sep or not key or not value:
+            raise ConfigError(
+                f"--class-map: entry {entry!r} is not FOLDER=CLASS; expected "
+                f"{_MAP_SYNTAX}"
+            )
+        if key in out:
+            raise ConfigError(f"--class-map: {key!r} is mapped twice")
+        cls = value if value in classes else by_fold.get(value.casefold())
+        if cls is None:
+            raise ConfigError(
+                f"--class-map: {entry!r} maps to {value!r}, which is not a class of "
+                f"the model; its classes: {', '.join(classes)}"
+            )
+        out[key] = cls
+    if not out:
+        raise ConfigError(f"--class-map: no FOLDER=CLASS entry; expected {_MAP_SYNTAX}")
+    return out
+
+
+def _match(
+    name: str, classes: Sequence[str], class_map: Mapping[str, str]
+) -> str | None:
+    """The model class ``name`` stands for: by ``class_map`` (its key in any
+    case), else the class of the same name, else of the same name in another case;
+    None: none."""
+    if name in class_map:
+        return class_map[name]
+    folded = name.casefold()
+    mapped = [v for k, v in class_map.items() if k.casefold() == folded]
+    if mapped:
+        return mapped[0]
+    if name in classes:
+        return name
+    same = [c for c in classes if c.casefold() == folded]
+    return same[0] if len(same) == 1 else None
+
+
+def resolve_classes(
+    names: Sequence[str],
+    classes: Sequence[str],
+    class_map: Mapping[str, str],
+    where: str,
+    what: str = "class folders",
+) -> dict[str, str]:
+    """{name: model class} for every one of ``names`` (folders, labels or a
+    dataset's classes) by :func:`_match`; a name that matches no class, or a
+    ``class_map`` entry that names none of ``names``, is an error that lists the
+    names seen and the classes expected."""
+    out: dict[str, str] = {}
+    unknown: list[str] = []
+    for name in names:
+        cls = _match(name, classes, class_map)
+        if cls is None:
+            unknown.append(name)
+        else:
+            out[name] = cls
+    seen = ", ".join(sorted(names)) or "none"
+    folded = {n.casefold() for n in names}
+    unused = [k for k in class_map if k.casefold() not in folded]
+    if unused:
+        raise ConfigError(
+            f"--class-map: {unused} name(s) none of the {what} of {where}; {what} "
+            f"seen: {seen}"
+        )
+    if unknown:
+        raise DataError(
+            f"{where}: {what} {unknown} are not classes of the model {list(classes)} "
+            f"(compared case-insensitively); {what} seen: {seen}; rename them or "
+            f"map them to the model's classes with --class-map {unknown[0]}=CLASS"
+            f"{',...' if len(unknown) > 1 else ''} ({_MAP_SYNTAX})"
+        )
+    return out
 
 
 def scan_class_folders(root: Path) -> Records:
@@ -54,67 +175,168 @@ def scan_class_folders(root: Path) -> Records:
     return rec
 
 
+def _scan_site_folder(
+    path: Path, classes: Sequence[str], class_map: Mapping[str, str]
+) -> Records:
+    """The records of a folder of ``<class>/`` or ``<domain>/<class>/`` folders:
+    ``<class>/`` when one of its folders stands for a class of the model
+    (:func:`_match`), ``<domain>/<class>/`` when one of their subfolders does;
+    else an error naming the folders seen and the classes expected."""
+    subdirs = sorted(d for d in path.iterdir() if d.is_dir())
+    if not subdirs and image_files(path, recursive=True):
+        raise DataError(
+            f"{str(path)!r} holds images but no class folders; use `fedpath "
+            "predict` for unlabelled images, or put them in <class>/ folders"
+        )
+    top = [d.name for d in subdirs]
+    if any(_match(n, classes, class_map) for n in top):
+        return scan_class_folders(path)
+    inner = sorted({c.name for d in subdirs for c in d.iterdir() if c.is_dir()})
+    if any(_match(n, classes, class_map) for n in inner):
+        return scan_folders(path)
+    mapped = f"; --class-map maps {', '.join(class_map)}" if class_map else ""
+    raise DataError(
+        f"{str(path)!r}: no folder matches a class of the model "
+        f"({', '.join(classes)}; compared case-insensitively); folders seen: "
+        f"{', '.join(top) or 'none'}"
+        + (f" (inside them: {', '.join(inner)})" if inner else "")
+        + f"{mapped}; expected <class>/<image> or <domain>/<class>/<image> folders: "
+        f"name them after the model's classes or map them with --class-map "
+        f"{_MAP_SYNTAX}"
+    )
+
+
+def _data_settings(
+    name: str,
+    model: LoadedModel,
+    config: Path | None,
+    overrides: Sequence[str],
+) -> tuple[DataConfig, str]:
+    """The data config of registered dataset ``name`` and where it came from.
+
+    Without ``config``, a model whose file records its run's data settings (same
+    dataset) is evaluated on them, with the ``data.*`` keys of ``overrides`` on
+    top: ``synthetic:hospital_3`` is the run's hospital, not the defaults'. Else
+    ``config`` (or the dataset's defaults) and ``overrides``."""
+    user = load_config(config, [f"data.name={name}", *overrides]).data
+    run = model.meta.data
+    if config is not None or not run or run.get("name") != name:
+        if config is not None:
+            source = f"--config {config} and the overrides"
+        elif run:
+            source = (
+                f"the defaults of {name!r} and the overrides (the model's run used "
+                f"dataset {run.get('name')!r})"
+            )
+        else:
+            source = (
+                f"the defaults of {name!r} and the overrides (the model file records "
+                "no data settings of its run; pass them as data.params.KEY=VALUE)"
+            )
+        return user, source
+    given = [parse_override(o)[0] for o in overrides]
+    params = dict(run.get("params") or {})
+    for key, value in user.params.items():
+        if any(
+            g == f"data.params.{key}" or g.startswith(f"data.params.{key}.")
+            for g in given
+        ):
+            params[key] = value
+    root = user.root if "data.root" in given else run.get("root")
+    changed = [g for g in given if g.startswith("data.")]
+    source = "the model's run" + (f", with {', '.join(changed)}" if changed else "")
+    return DataConfig(name=name, root=root, params=params), source
+
+
 def open_data(
     spec: str,
     model: LoadedModel,
     config: Path | None = None,
     overrides: Sequence[str] = (),
     skip_bad: bool = False,
-) -> tuple[DomainDataset, list[str] | None]:
+    class_map: Mapping[str, str] | None = None,
+    split: str = "all",
+) -> EvalData:
     """The dataset named by ``spec`` at the model's input size, and its domains.
 
     ``spec``: a manifest CSV; a folder of ``<class>/`` or ``<domain>/<class>/``
     folders; or ``NAME:DOMAIN[,DOMAIN...]`` / ``NAME`` for a registered dataset,
-    configured by ``config`` (an experiment YAML) and ``overrides``.
+    configured by the model's run (:func:`_data_settings`), ``config`` (an
+    experiment YAML) and ``overrides``. Class names are matched by
+    :func:`resolve_classes` with ``class_map``. ``split`` (``all``, ``test``,
+    ``train``) is checked here: only a registered dataset has train/test parts.
     """
+    if split not in SPLITS:
+        raise ConfigError(
+            f"--split: expected one of {', '.join(SPLITS)}, got {split!r}"
+        )
+    cmap = dict(class_map or {})
+    classes = model.class_names
     path = Path(spec)
     params = FileDatasetParams(
         image_size=model.image_size,
         test_fraction=0.0,
-        classes=model.class_names,
+        classes=classes,
         skip_bad=skip_bad,
     )
+    is_file_data = (path.suffix.lower() == ".csv" and path.is_file()) or path.is_dir()
+    if is_file_data and split != "all":
+        raise ConfigError(
+            f"--split {split}: {spec!r} is a folder or manifest, which has no "
+            "train/test split (every image is scored); use --split all, or "
+            "NAME:DOMAIN with --split test for a registered dataset"
+        )
     if path.suffix.lower() == ".csv" and path.is_file():
-        return build_file_dataset("manifest", read_manifest(path), params), None
+        rec = read_manifest(path)
+        renamed = _rename(rec, classes, cmap, str(path), "labels")
+        return EvalData(build_file_dataset("manifest", rec, params), None, renamed)
     if path.is_dir():
-        subdirs = [d for d in path.iterdir() if d.is_dir()]
-        if not subdirs and image_files(path, recursive=True):
-            raise DataError(
-                f"{str(path)!r} holds images but no class folders; use `fedpath "
-                "predict` for unlabelled images, or put them in <class>/ folders"
-            )
-        by_class = any(d.name in model.class_names for d in subdirs)
-        rec = scan_class_folders(path) if by_class else scan_folders(path)
-        _check_labels(rec, model, str(path))
-        return build_file_dataset("folder", rec, params), None
+        rec = _scan_site_folder(path, classes, cmap)
+        renamed = _rename(rec, classes, cmap, str(path), "class folders")
+        return EvalData(build_file_dataset("folder", rec, params), None, renamed)
     if path.exists():
         raise DataError(f"{spec!r}: expected a manifest .csv file or a folder")
     name, _, domains = spec.partition(":")
-    data_cfg = load_config(config, [f"data.name={name}", *overrides]).data
+    data_cfg, source = _data_settings(name, model, config, overrides)
     if "image_size" in data_cfg.params:
         data_cfg = replace(
             data_cfg, params={**data_cfg.params, "image_size": model.image_size}
         )
     ds = load_dataset(data_cfg)
-    unknown = sorted(set(ds.classes) - set(model.class_names))
-    if unknown:
-        raise DataError(
-            f"dataset {name!r} has classes {unknown} that the model does not know "
-            f"(model classes: {model.class_names})"
-        )
+    mapping = resolve_classes(
+        ds.classes, classes, cmap, f"dataset {name!r}", "dataset classes"
+    )
+    if _renamed(mapping):  # a copy: registered datasets may be cached, shared
+        ds = copy.copy(ds)
+        ds.classes = [mapping[c] for c in ds.classes]
     chosen = [d for d in domains.split(",") if d] or None
     for d in chosen or []:
         ds.check_domain(d)
-    return ds, chosen
+    settings = {
+        "name": data_cfg.name,
+        "root": data_cfg.root,
+        "params": dict(data_cfg.params),
+        "source": source,
+    }
+    return EvalData(ds, chosen, _renamed(mapping), settings)
 
 
-def _check_labels(rec: Records, model: LoadedModel, where: str) -> None:
-    unknown = sorted(set(rec.labels) - set(model.class_names))
-    if unknown:
-        raise DataError(
-            f"{where}: class folders {unknown} are not classes of the model "
-            f"{model.class_names}"
-        )
+def _renamed(mapping: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in mapping.items() if k != v}
+
+
+def _rename(
+    rec: Records,
+    classes: Sequence[str],
+    class_map: Mapping[str, str],
+    where: str,
+    what: str,
+) -> dict[str, str]:
+    """Relabel ``rec`` with the model's class names (:func:`resolve_classes`);
+    return the names that changed."""
+    mapping = resolve_classes(sorted(set(rec.labels)), classes, class_map, where, what)
+    rec.labels = [mapping[label] for label in rec.labels]
+    return _renamed(mapping)
 
 
 def evaluate(
@@ -123,23 +345,53 @@ def evaluate(
     domains: Sequence[str] | None = None,
     per_domain: bool = False,
     batch_size: int = 256,
+    split: str = "all",
+    bootstrap: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """The metrics of :func:`~fedpath.evaluation.metrics.metrics_with_confusion`
-    (``confusion``: rows true, columns predicted), overall and per domain, of the
-    model's (temperature-scaled) probabilities and argmax; with an operating point
+    (``confusion``: rows true, columns predicted, in the order of ``classes``),
+    overall and per domain, of the model's (temperature-scaled) probabilities and
+    argmax on the ``split`` part (``all``, ``test``, ``train``) of ``domains``.
+
+    Each report also holds ``per_class`` (``n``, ``sensitivity``,
+    ``specificity`` one-vs-rest: :func:`~fedpath.evaluation.clinical.
+    per_class_rates`) and, unless ``bootstrap`` is 0, ``bootstrap``: 95%
+    intervals of ``balanced_accuracy`` and ``auroc`` over ``bootstrap``
+    resamples of the images, seeded by ``seed``
+    (:func:`~fedpath.evaluation.clinical.bootstrap_ci`). With an operating point
     also ``operating_point``: the metrics at its threshold (with ``sensitivity``,
     ``specificity`` and that decision's ``confusion``)."""
+    if bootstrap < 0:
+        raise ConfigError(
+            f"--bootstrap: expected 0 (off) or more resamples, got {bootstrap}"
+        )
+    if split not in SPLITS:
+        raise ConfigError(
+            f"--split: expected one of {', '.join(SPLITS)}, got {split!r}"
+        )
+    part: Part = "test" if split == "test" else ("train" if split == "train" else "all")
     chosen = list(domains) if domains else list(ds.domains)
-    split = Split.concat([ds.split(d, "all") for d in chosen])
+    parts = [s for s in (ds.split(d, part) for d in chosen) if len(s)]
+    if not parts:
+        raise DataError(
+            f"--split {split}: dataset {ds.name!r} has no {split} images in "
+            f"{', '.join(chosen)}"
+        )
+    data = Split.concat(parts)
     # map the dataset's class indices onto the model's
     remap = np.array([model.class_names.index(c) for c in ds.classes])
-    labels = remap[split.labels]
-    raw = predict_probs(model.model, split, batch_size, torch.device("cpu")).numpy()
+    labels = remap[data.labels]
+    raw = predict_probs(model.model, data, batch_size, torch.device("cpu")).numpy()
     probs = model.calibrate(raw)
+    classes = model.class_names
 
     def report(m: np.ndarray) -> dict[str, Any]:
         out: dict[str, Any] = {"n": int(m.sum())}
         out.update(metrics_with_confusion(labels[m], probs[m]))
+        out["per_class"] = per_class_rates(np.asarray(out["confusion"]), classes)
+        if bootstrap:
+            out["bootstrap"] = bootstrap_ci(labels[m], probs[m], None, bootstrap, seed)
         t = model.meta.threshold
         if t is not None:
             op = threshold_metrics(labels[m], probs[m], t)
@@ -147,11 +399,13 @@ def evaluate(
             out["operating_point"] = {**op, "confusion": cm.tolist()}
         return out
 
-    out = report(np.ones(len(split), dtype=bool))
+    out: dict[str, Any] = {"classes": classes, "split": split}
+    out.update(report(np.ones(len(data), dtype=bool)))
     if model.meta.temperature is not None:
         out["temperature"] = model.meta.temperature
     if per_domain:
-        out["per_domain"] = {d: report(split.domains == d) for d in chosen}
+        present = [d for d in chosen if np.any(data.domains == d)]
+        out["per_domain"] = {d: report(data.domains == d) for d in present}
     return out
 
 

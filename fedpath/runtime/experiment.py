@@ -14,7 +14,7 @@ the files in it)::
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,39 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
+#: the splits of ``fedpath table --split``, in the order one is picked by default
+SPLITS = ("target", "clients", "source_mean", "source_worst")
+
+
+def _split_metrics(ev: dict[str, Any], split: str) -> dict[str, Any] | None:
+    """The metrics of ``split`` in a run's final ``evaluation``; None: the run has
+    none (``target`` of a ``lodo.targets: none`` run, ``clients`` of a run without
+    ``evaluation.protocol: local``, the sources of one without source_eval)."""
+    if split == "target":
+        return dict(ev["target"]) if ev.get("target") else None
+    if split == "source_mean":
+        if "source_mean_accuracy" not in ev:
+            return None
+        return {"accuracy": ev["source_mean_accuracy"]}
+    if split == "source_worst":
+        if "accuracy" not in ev.get("source_worst", {}):
+            return None
+        return {"accuracy": ev["source_worst"]["accuracy"]}
+    raise ConfigError(f"split: expected {', '.join(map(repr, SPLITS))}, got {split!r}")
+
+
+def splits_of(paths: Sequence[Path]) -> list[str]:
+    """The splits (:data:`SPLITS`, in that order) that at least one finished run
+    under ``paths`` has metrics for: what ``fedpath table --split`` can show."""
+    have: set[str] = set()
+    for run in find_runs(paths):
+        ev = json.loads((run / FINAL).read_text()).get("evaluation", {})
+        have.update(s for s in SPLITS if s != "clients" and _split_metrics(ev, s))
+        if ev.get("clients"):
+            have.add("clients")
+    return [s for s in SPLITS if s in have]
+
+
 def collect_rows(
     paths: Sequence[Path], split: str = "target", select: str = "last"
 ) -> list[ResultRow]:
@@ -108,17 +141,24 @@ def collect_rows(
     row per client, so the table is clients x methods as in FedHD's).
     ``select``: the ``last`` round's global model, or the round ``selected`` on
     the sources' validation slides (``partition.validation`` > 0; the target
-    split only).
+    split only). A run without metrics for ``split`` gives no row; when no run
+    has any, the error names the splits these runs have (:func:`splits_of`).
     """
     if select not in ("last", "selected"):
         raise ConfigError(f"select: expected 'last' or 'selected', got {select!r}")
+    if split not in SPLITS:
+        raise ConfigError(
+            f"split: expected {', '.join(map(repr, SPLITS))}, got {split!r}"
+        )
     if select == "selected" and split != "target":
         raise ConfigError(
             f"--select selected: only --split target has a selected round's "
             f"metrics, got --split {split}"
         )
     rows = []
-    for run in find_runs(paths):
+    metrics: Mapping[str, Any] | None
+    runs = find_runs(paths)
+    for run in runs:
         rec = json.loads((run / FINAL).read_text())
         ev = rec.get("evaluation", {})
         if split == "clients":
@@ -132,23 +172,25 @@ def collect_rows(
                     "(it was trained with partition.validation=0); use --select last"
                 )
             metrics = ev["selected"]["target"]
-        elif split == "target":
-            metrics = ev.get("target", {})
-        elif split == "source_mean":
-            metrics = {"accuracy": ev.get("source_mean_accuracy", float("nan"))}
-        elif split == "source_worst":
-            metrics = {
-                "accuracy": ev.get("source_worst", {}).get("accuracy", float("nan"))
-            }
         else:
-            raise ConfigError(
-                "split: expected 'target', 'source_mean', 'source_worst' or "
-                f"'clients', got {split!r}"
+            metrics = _split_metrics(ev, split)
+        if metrics is not None:
+            rows.append(
+                ResultRow(rec["method"], rec["target"], int(rec["seed"]), metrics)
             )
-        rows.append(ResultRow(rec["method"], rec["target"], int(rec["seed"]), metrics))
+    where = ", ".join(map(str, paths))
+    if not runs:
+        raise ConfigError(f"no finished runs (directories with {FINAL}) under {where}")
     if not rows:
+        have = splits_of(paths)
+        hint = (
+            f"these runs have --split {' / '.join(have)}; use --split {have[0]}"
+            if have
+            else "these runs recorded no metrics"
+        )
         raise ConfigError(
-            f"no finished runs (directories with {FINAL}) under "
-            f"{', '.join(map(str, paths))}"
+            f"--split {split}: none of the {len(runs)} finished runs under {where} "
+            f"has metrics for it (runs with lodo.targets: none are scored per "
+            f"client: --split clients); {hint}"
         )
     return rows

@@ -52,6 +52,7 @@ from fedpath.runtime.persistence import (  # noqa: F401  (re-exported names)
     write_checkpoint,
 )
 from fedpath.runtime.selection import Selector, exported_decision
+from fedpath.runtime.tracking import NO_TRACKING, Tracker, open_tracker
 from fedpath.types import ArrayDict, ClientState, Payload
 from fedpath.utils.io import append_jsonl, atomic_write_text
 from fedpath.utils.progress import Reporter
@@ -69,6 +70,9 @@ class RoundTimes:
 
 class InProcessRun:
     """One fold x seed of an experiment, run with every client in this process."""
+
+    #: ``runtime.tracking``'s tracker while :meth:`run` runs (none outside it)
+    tracker: Tracker = NO_TRACKING
 
     def __init__(
         self,
@@ -171,24 +175,34 @@ class InProcessRun:
             for name in (RESULTS, CHECKPOINT, FINAL, MODEL, TRAFFIC):
                 (self.run_dir / name).unlink(missing_ok=True)
         atomic_write_text(self.run_dir / "config.yaml", self.cfg.to_yaml())
-        rounds = self.cfg.train.rounds
-        self.reporter.start_run(self._label(), rounds, done=start - 1)
-        final: dict[str, Any] = self._last_eval
-        for rnd in range(start, rounds + 1):
-            final = self.run_round(rnd)
-        last = self.server.global_weights()
-        if self.selector is not None and last is not None:  # the selected round
-            target = self.eval_splits[("target", self.fold.target)]
-            load, model = self._load_eval_weights, self.eval_model
-            final = final | self.selector.final(self.task, model, load, last, target)
-        record = {
-            **self.labels(),
-            "round": rounds,
-            "fedpath": __version__,
-            "config_hash": self.cfg.hash(),
-            "evaluation": final,
-        }
-        self._save_final(record)
+        # logs the rounds after the checkpoint only (runtime.tracking)
+        self.tracker = open_tracker(self.cfg, self.run_dir, self.labels(), start)
+        finished = False
+        try:
+            rounds = self.cfg.train.rounds
+            self.reporter.start_run(self._label(), rounds, done=start - 1)
+            final: dict[str, Any] = self._last_eval
+            for rnd in range(start, rounds + 1):
+                final = self.run_round(rnd)
+            last = self.server.global_weights()
+            if self.selector is not None and last is not None:  # the selected round
+                target = self.eval_splits[("target", self.fold.target)]
+                load, model = self._load_eval_weights, self.eval_model
+                final = final | self.selector.final(
+                    self.task, model, load, last, target
+                )
+            record = {
+                **self.labels(),
+                "round": rounds,
+                "fedpath": __version__,
+                "config_hash": self.cfg.hash(),
+                "evaluation": final,
+            }
+            self._save_final(record)
+            finished = True
+        finally:
+            self.tracker.close(finished)
+            self.tracker = NO_TRACKING
         self.reporter.end_run()
         return record
 
@@ -268,6 +282,7 @@ class InProcessRun:
         )
         if blob is not None:
             write_checkpoint(self.run_dir, blob)
+        self.tracker.commit(rnd)  # the round is checkpointed: log it, once
         target = evaluation.get("target", {})
         summary = f"acc {target['accuracy']:.3f}" if "accuracy" in target else ""
         log.info("%s round %d done %s", self._label(), rnd, summary)
@@ -377,6 +392,7 @@ class InProcessRun:
         """One ``results.jsonl`` line: the run's labels, ``kind``, ``round``."""
         record = {**self.labels(), "kind": kind, "round": rnd, **fields}
         append_jsonl(self.run_dir / RESULTS, record)
+        self.tracker.add(record)
 
     def _evaluate_clients(self, rnd: int) -> dict[str, Any]:
         """Every client evaluates its deployed model on its own test split; one
@@ -445,6 +461,11 @@ class InProcessRun:
                     "trained_on": list(self.fold.sources),
                     "held_out": self.fold.target,
                     "seed": self.seed,
+                    "data": {
+                        "name": self.cfg.data.name,
+                        "root": self.cfg.data.root,
+                        "params": dict(self.cfg.data.params),
+                    },
                     "round": rnd,
                     "selection": which,
                     **exported_decision(record["evaluation"], which),

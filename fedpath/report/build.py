@@ -15,6 +15,8 @@ from fedpath.report.runs import Experiment, Run, find_experiments
 
 #: the metrics a table is drawn for, where the runs have them
 TABLE_METRICS = ("balanced_accuracy", "accuracy", "auroc", "f1", "ece")
+#: the tables shown folded (under "more metrics"), after the first three
+FOLDED_METRICS = ("f1", "ece")
 
 
 @dataclass
@@ -171,18 +173,20 @@ def _identity(b: _Builder, exp: Experiment, seeds: list[int]) -> None:
         ("config hashes", ", ".join(h for h in hashes if h) or "-"),
     ]
     b.add(
-        '<dl class="identity">'
-        + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows)
-        + "</dl>"
+        '<table class="identity">'
+        + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+        + "</table>"
     )
     import yaml
 
+    folded = []
     for method in exp.methods:
         run = next(r for r in exp.runs if r.method == method)
-        b.add(
+        folded.append(
             f"<details><summary>resolved config of {esc(method)}</summary>"
             f"<pre>{esc(yaml.safe_dump(run.config, sort_keys=False))}</pre></details>"
         )
+    b.add('<div class="configs">' + "".join(folded) + "</div>")
 
 
 def _tables(b: _Builder, exp: Experiment) -> None:
@@ -208,8 +212,12 @@ def _tables(b: _Builder, exp: Experiment) -> None:
         )
         table = _ordered(table, methods)
         unit = "" if metric == "ece" else " (%)"
-        b.add(f"<h3>{esc(metric)}{unit} {esc(label)}</h3>")
-        b.add(result_table(table, decimals=3 if metric == "ece" else 2))
+        heading = f"{esc(metric)}{unit} {esc(label)}"
+        html = result_table(table, decimals=3 if metric == "ece" else 2)
+        if metric in FOLDED_METRICS:  # ECE: calibration, lower is better
+            b.add(f"<details><summary>{heading}</summary>{html}</details>")
+        else:
+            b.add(f"<h3>{heading}</h3>{html}")
     if split == "target":
         try:
             src = collect_rows([exp.root], "source_mean")

@@ -131,6 +131,7 @@ def plot_curves(series: Series, title: str = "") -> bytes | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from fedpath.report.html import fig_png
 
@@ -157,9 +158,11 @@ def plot_curves(series: Series, title: str = "") -> bytes | None:
                 label=label,
             )
         ax.set(title=ptitle, xlabel="round", ylabel=ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ptitle.startswith("bytes"):
             ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        if len(lines) <= 12:  # more (clients x methods): the lines speak alone
+            ax.legend(fontsize=7)
     for ax in axes.ravel()[len(panels) :]:
         ax.axis("off")
     if title:

@@ -26,8 +26,10 @@ table.results th { background: #f3f3f3; }
 p.note { color: #555; font-size: 14px; }
 img.fig { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
 pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: 12px; }
-dl.identity dt { font-weight: bold; float: left; clear: left; width: 11em; }
-dl.identity dd { margin-left: 12em; font-family: monospace; font-size: 13px; }
+table.identity th { text-align: left; padding: 2px 1.2em 2px 0; vertical-align: top; }
+table.identity td { font-family: monospace; font-size: 13px; }
+details { margin: .4em 0; }
+details summary { cursor: pointer; }
 """
 
 

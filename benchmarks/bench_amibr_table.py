@@ -14,8 +14,11 @@ with the average over folds, and the wall time of every run.
         --backbone lite0 --folds TUPAC16 --seeds 0 --out runs/amibr_table
     python benchmarks/bench_amibr_table.py --data /path/to/amibr --backbone small_cnn
 
-Threads: ``runtime.threads`` of the config (1); run two scripts side by side on a
-2-core machine rather than one with 2 threads.
+Threads: ``runtime.threads`` of the config (1). ``--jobs N`` runs the cells N at
+a time first (the suite's with ``fedpath suite --jobs N --resume``, the local
+runs as N ``fedpath run`` processes), then tabulates from the run directories;
+on a cluster, run the suite with ``--launcher ray`` (docs/parallel.md) into
+``--out`` and this script tabulates what it finds.
 """
 
 from __future__ import annotations
@@ -60,6 +63,45 @@ def _run(argv: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def _parallel(
+    args: argparse.Namespace, suite: Path, base: Path, name: str, common: list[str]
+) -> None:
+    """Every cell of the table, ``args.jobs`` at a time (resumable)."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    grid = [f"seeds=[{','.join(map(str, args.seeds))}]"]
+    grid.append(f"lodo.targets=[{','.join(args.folds)}]")
+    in_suite = [m for m in args.methods if m != "local"]
+    t0 = time.perf_counter()
+    if in_suite:
+        argv = ["suite", str(suite), *common, *grid, "--only", ",".join(in_suite)]
+        code = fedpath_main([*argv, "--jobs", str(args.jobs), "--resume", "--quiet"])
+        if code != 0:
+            raise SystemExit(f"fedpath {' '.join(argv)} failed with exit code {code}")
+    if "local" in args.methods:
+        runs = []
+        for fold in args.folds:
+            for h in (d for d in FOLDS if d != fold):
+                over = [
+                    *common,
+                    f"seeds=[{','.join(map(str, args.seeds))}]",
+                    f"lodo.targets=[{fold}]",
+                    f"name={name}_local_{h}",
+                    "label=local",
+                    "algorithm.name=fedavg",
+                    f"data.params.domains=[{h}, {fold}]",
+                ]
+                cli = [sys.executable, "-m", "fedpath.cli", "run", str(base)]
+                runs.append([*cli, *over, "--resume", "--quiet"])
+        with ThreadPoolExecutor(args.jobs) as pool:
+            codes = list(pool.map(lambda c: subprocess.run(c).returncode, runs))
+        if any(codes):
+            raise SystemExit(f"{sum(1 for c in codes if c)} local runs failed")
+    print(f"all cells in {time.perf_counter() - t0:.0f} s with --jobs {args.jobs}")
+
+
 def _cell(values: list[float]) -> str:
     """mean ± sample std (ddof 1, as fedpath's tables; 0 for one value)."""
     std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
@@ -92,6 +134,14 @@ def main() -> None:
         default="last",
         help="the last round, or the round chosen on the sources' validation split",
     )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="run the table's cells N at a time first (fedpath suite --jobs N "
+        "--resume for the suite's methods, N `fedpath run` processes for the "
+        "local rows), then tabulate; default: one after another",
+    )
     ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
     args = ap.parse_args()
     args.data = amibr_root(args.data, " (see configs/amibr/lite0.yaml)")
@@ -104,6 +154,8 @@ def main() -> None:
     name = load_config(base).name
     common = [f"data.root={args.data}", f"output_dir={args.out}", *args.overrides]
     walls: dict[str, list[float]] = {}
+    if args.jobs:
+        _parallel(args, suite, base, name, common)
     # (method, fold, seed) -> metrics
     scores: dict[tuple[str, str, int], dict[str, float]] = {}
     for fold in args.folds:

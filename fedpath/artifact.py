@@ -91,6 +91,9 @@ class ModelMeta:
     temperature: float | None = None
     threshold: float | None = None
     target_sensitivity: float | None = None
+    #: test-time augmentation at prediction (``evaluation.tta`` of the run):
+    #: ``dihedral`` averages the softmax over the 8 flips and turns
+    tta: str = "none"
 
     @property
     def num_classes(self) -> int:
@@ -192,6 +195,11 @@ class LoadedModel:
                 f"model file {str(path)!r}: temperature must be > 0, got "
                 f"{meta.temperature}"
             )
+        if meta.tta not in ("none", "dihedral"):
+            raise ArtifactError(
+                f"model file {str(path)!r}: tta must be 'none' or 'dihedral', got "
+                f"{meta.tta!r} (a newer fedpath wrote it?)"
+            )
         if meta.threshold is not None and meta.num_classes != 2:
             raise ArtifactError(
                 f"model file {str(path)!r}: a threshold needs two classes, the "
@@ -256,12 +264,17 @@ class LoadedModel:
     @torch.no_grad()
     def predict_proba(self, images: Any, batch_size: int = 256) -> np.ndarray:
         """(N, C) class probabilities, temperature-scaled when the file holds a
-        temperature (:meth:`calibrate`)."""
+        temperature (:meth:`calibrate`), averaged over the 8 dihedral views of
+        each image when the file says ``tta: dihedral``."""
+        from fedpath.tasks.images import dihedral_views
+
         x = self.to_tensor(images)
-        out = [
-            torch.softmax(self.model(x[i : i + batch_size]), 1)
-            for i in range(0, len(x), batch_size)
-        ]
+        out = []
+        for i in range(0, len(x), batch_size):
+            xb = x[i : i + batch_size]
+            views = dihedral_views(xb) if self.meta.tta == "dihedral" else [xb]
+            probs = [torch.softmax(self.model(v), 1) for v in views]
+            out.append(torch.stack(probs).mean(0))
         if not out:
             return np.zeros((0, self.meta.num_classes))
         return self.calibrate(torch.cat(out).numpy())

@@ -121,6 +121,16 @@ class ExperimentConfig(Checked):
             self.runtime.export,
         )
         require(
+            self.evaluation.tta == "none"
+            or not self.train.cache_features
+            or self.train.augment == "dihedral",
+            "evaluation.tta",
+            "'none' when train.cache_features is true without train.augment: "
+            "dihedral (the cache then holds one view of each image, nothing to "
+            "average over)",
+            self.evaluation.tta,
+        )
+        require(
             validating or self.evaluation.target_sensitivity is None,
             "evaluation.target_sensitivity",
             "null unless partition.validation > 0 (the threshold is chosen on the "

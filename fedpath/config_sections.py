@@ -201,6 +201,12 @@ class EvalConfig(Checked):
     With ``partition.validation`` > 0: ``select_metric``, the validation metric
     (mean over source clients) that selects a round; ``target_sensitivity``, for
     two classes, the sensitivity the operating point reaches on validation.
+
+    ``tta``: test-time augmentation of every evaluation (and of the exported
+    model): ``dihedral`` averages the softmax over the 8 flips and 90-degree
+    turns of each image (tissue has no up; 8x the evaluation cost); with
+    ``train.cache_features`` it averages over the 8 cached views, which needs
+    ``train.augment: dihedral``.
     """
 
     config_section = "evaluation"
@@ -223,6 +229,7 @@ class EvalConfig(Checked):
         ),
     ] = "balanced_accuracy"
     target_sensitivity: Annotated[float | None, Range(0, 1, lo_open=True)] = None
+    tta: Literal["none", "dihedral"] = "none"
 
 
 def _is_device(name: str) -> bool:

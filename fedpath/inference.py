@@ -382,7 +382,8 @@ def evaluate(
     # map the dataset's class indices onto the model's
     remap = np.array([model.class_names.index(c) for c in ds.classes])
     labels = remap[data.labels]
-    raw = predict_probs(model.model, data, batch_size, torch.device("cpu")).numpy()
+    cpu = torch.device("cpu")
+    raw = predict_probs(model.model, data, batch_size, cpu, model.meta.tta).numpy()
     probs = model.calibrate(raw)
     classes = model.class_names
 

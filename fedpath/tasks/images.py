@@ -95,16 +95,45 @@ def fit_images(
     return {k: v / max(n_seen, 1) for k, v in sums.items()}
 
 
+def dihedral_views(x: torch.Tensor) -> list[torch.Tensor]:
+    """The 8 flips and 90-degree turns of images ``x`` (B, C, H, W), identity
+    first."""
+    turns = [torch.rot90(x, k, dims=(2, 3)) for k in range(4)]
+    return turns + [t.flip(3) for t in turns]
+
+
 @torch.no_grad()
 def predict_probs(
-    model: nn.Module, data: Split, batch_size: int, device: torch.device
+    model: nn.Module,
+    data: Split,
+    batch_size: int,
+    device: torch.device,
+    tta: str = "none",
 ) -> torch.Tensor:
-    """Softmax class probabilities (N, C) of ``model`` on ``data``, in order."""
+    """Softmax class probabilities (N, C) of ``model`` on ``data``, in order.
+
+    ``tta="dihedral"``: the mean softmax over the 8 dihedral views of each image
+    (:func:`dihedral_views`), or over the cached views of a feature store that
+    holds several (``train.augment: dihedral``).
+    """
     model.to(device).eval()
+    views = int(getattr(data.store, "views", 1))
     chunks = []
     for xb, _, _ in data.batches(batch_size, shuffle=False):
-        logits = model(data.store.model_input(xb.to(device)))
-        chunks.append(torch.softmax(logits.float(), dim=1).cpu())
+        xb = xb.to(device)
+        if tta == "none":
+            inputs = [data.store.model_input(xb)]
+        elif data.store.kind == "images":
+            inputs = dihedral_views(data.store.model_input(xb))
+        elif views > 1:
+            inputs = [xb[:, v].float() for v in range(views)]
+        else:
+            raise ValueError(
+                f"tta {tta!r}: this {data.store.kind} store holds one view of each "
+                "sample (cache it with train.augment: dihedral)"
+            )
+        probs = [torch.softmax(model(x).float(), dim=1) for x in inputs]
+        chunks.append(torch.stack(probs).mean(0).cpu())
     if not chunks:
         return torch.empty(0, getattr(model, "num_classes", 0))
     return torch.cat(chunks)
@@ -179,8 +208,8 @@ class ImageTask(Task):
         )
 
     def predict(self, model: nn.Module, split: Split) -> np.ndarray:
-        bs = self.train.eval_batch_size
-        return predict_probs(model, split, bs, self.device).double().numpy()
+        bs, tta = self.train.eval_batch_size, self.cfg.evaluation.tta
+        return predict_probs(model, split, bs, self.device, tta).double().numpy()
 
     def encode(self, model: nn.Module, split: Split) -> np.ndarray:
         return encode_images(model, split, self.train.eval_batch_size, self.device)
@@ -204,6 +233,7 @@ class ImageTask(Task):
             mean=model.mean.flatten().tolist(),
             std=model.std.flatten().tolist(),
             **encoder_info(model),
+            tta=self.cfg.evaluation.tta,
             **provenance,
         )
         save_model(path, model, meta)

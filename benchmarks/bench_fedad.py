@@ -64,6 +64,7 @@ def random_init_probe(cfg: Any, seed: int) -> dict[str, Any]:
         folds=ev.probe_folds,
         max_iter=ev.probe_max_iter,
         cs=ev.probe_cs,
+        l2=ev.probe_l2,
         seed=derive_seed(seed, "probe"),
         where=target,
     )

@@ -192,7 +192,10 @@ class EvalConfig(Checked):
     - ``linear_probe``: self-supervised methods (FedAD): freeze the global encoder,
       fit an L2 logistic regression on the target domain's train split (C chosen by
       ``probe_folds``-fold cross-validation over ``probe_cs``, L-BFGS with
-      ``probe_max_iter`` iterations), evaluate once on its test split;
+      ``probe_max_iter`` iterations), evaluate once on its test split.
+      ``probe_l2``: null (that CV), or the paper's fixed L2 penalty (e.g. 1e-4)
+      on the per-sample mean log-loss, fitted once with scikit-learn's
+      C = 1 / (n_train * probe_l2), no CV (:mod:`fedpath.evaluation.probe`);
     - ``local``: each client evaluates the model it would deploy (its own, for
       FedHD and local training; else the global one) on its own test split and
       reports metrics only; with a held-out target the global model is evaluated
@@ -221,6 +224,7 @@ class EvalConfig(Checked):
             lambda cs: len(cs) >= 1 and all(c > 0 for c in cs),
         ),
     ] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0, 100.0])
+    probe_l2: Annotated[float | None, Gt(0)] = None
     select_metric: Annotated[
         str,
         Check(

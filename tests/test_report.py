@@ -168,6 +168,7 @@ def test_report_of_fedad_and_fedhd_runs(other_dirs: list[Path], tmp_path: Path) 
     assert "clients x methods" in html  # FedHD's per-client table
     assert re.search(r'data-method="fedhd" data-column="hospital_0/c0"', html)
     assert "ATSA" in html and "fedad" in info.figures  # FedAD's figure
+    assert "probe_roc" in info.figures and "probe confusion matrix, fedad" in html
     assert not [s for s in info.skipped if "stain" in s]  # bags: no image figures
 
 

@@ -12,10 +12,15 @@ FedAD (Section 4, Algorithm 1). Client k, round t:
 The server averages the encoders (n_k-weighted, Alg. 1 line 14), measures the
 instability Delta (Eq. 5) over the encoder's parameters (BatchNorm running
 statistics are statistics, not weights, and are left out) and updates lambda
-with the ATSA rule (Eq. 6, :mod:`fedpath.ssl.atsa`). ``fit/delta``,
-``fit/lambda`` (the weight used in this round) and ``fit/lambda_next`` land in
-results.jsonl together with every loss component (``fit/cl``, ``fit/align``,
-``fit/ortho``, and ``fit/align_raw``, the alignment bracket before lambda).
+with the ATSA rule (Eq. 6, :mod:`fedpath.ssl.atsa`), fed either the raw Delta
+(``atsa_scale: literal``, the paper as written) or Delta relative to the mean of
+the first ``atsa_warmup`` rounds in the paper's units (``relative``, the default:
+D = atsa_anchor * Delta / (Delta_ref + eps)). Per round, results.jsonl gets
+``fit/delta`` (raw Eq. 5), ``fit/delta_ref`` (Delta_ref), ``fit/delta_norm`` (the
+D Eq. 6 used; = ``fit/delta`` in literal mode), ``fit/lambda_target`` (the bracket
+of Eq. 6), ``fit/lambda`` (the weight used in this round) and ``fit/lambda_next``,
+together with every loss component (``fit/cl``, ``fit/align``, ``fit/ortho``, and
+``fit/align_raw``, the alignment bracket before lambda).
 
 Choices the paper leaves open (documented in docs/fedad.md):
 
@@ -115,7 +120,14 @@ class FedADServer(SSLServer):
     def __init__(self, params: FedADParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
         self.atsa = ATSA(
-            params.lambda_min, params.lambda_max, params.alpha, params.k, params.eps
+            params.lambda_min,
+            params.lambda_max,
+            params.alpha,
+            params.k,
+            params.eps,
+            scale=params.atsa_scale,
+            warmup=params.atsa_warmup,
+            anchor=params.atsa_anchor,
         )
 
     def current_lambda(self) -> float:
@@ -128,7 +140,14 @@ class FedADServer(SSLServer):
         used = self.current_lambda()
         delta = instability(self.weights, old, self.param_keys, self.params.eps)
         self.atsa.step(delta)  # kept up to date (and logged) even when unused
-        return {"delta": delta, "lambda": used, "lambda_next": self.current_lambda()}
+        return {
+            "delta": delta,
+            "delta_ref": self.atsa.reference,
+            "delta_norm": self.atsa.last_norm,
+            "lambda_target": self.atsa.last_target,
+            "lambda": used,
+            "lambda_next": self.current_lambda(),
+        }
 
     def extra_state(self) -> dict[str, Scalar]:
         return dict(self.atsa.state())

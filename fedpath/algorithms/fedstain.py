@@ -4,9 +4,9 @@ Specification: FedStain paper, Sections III-IV, Algorithms 1-2, Eqs. 1-6.
 
 Per round (Algorithm 2): a ``stats`` stage, in which every client uploads the
 per-image channel moments (mean, std, skewness, excess kurtosis; Eq. 2) of
-ceil(r * n_i) images in the configured colour space, and the server returns each
-client the pool of the *other* clients' statistics; then local training on four
-versions of every batch:
+ceil(r * n_i) images in the configured colour space (or, in the Table V ablation,
+only one statistic pair), and the server returns each client the pool of the
+*other* clients' statistics; then local training on four versions of every batch:
 
 * ``X``: the original;
 * ``X_stain = RandStain(X)`` (Level 1, Eq. 1 sound reading, then the higher-order
@@ -26,9 +26,12 @@ result as four passes up to BatchNorm batch statistics, which then cover all
 versions). Aggregation: FedAvg.
 
 Ablation switches (Table V and component ablations): ``statistics`` selects what
-MixStyle mixes (``moments``: all four, default; or a Table V pair, uploaded as a
-second array), and ``randstain``, ``higher_order``, ``augmix``, ``mixstyle``,
-``alpha`` (0 = no L_RA), ``beta`` (0 = no L_JS) switch the parts off.
+the clients exchange and what RandStain and MixStyle use (``moments``: all four,
+default; or a Table V pair, then the *only* array uploaded: a ``mean_std`` client
+sends 2 numbers per channel and its RandStain is plain RandStainNA, a ``skew_kurt``
+client's RandStain only reshapes, keeping each image's mean and std), and
+``randstain``, ``higher_order``, ``augmix``, ``mixstyle``, ``alpha`` (0 = no L_RA),
+``beta`` (0 = no L_JS) switch the parts off.
 """
 
 from __future__ import annotations
@@ -64,23 +67,18 @@ class FedStainClient(StatsExchangeClient):
     params: FedStainParams
 
     def compute_stats(self, images: torch.Tensor) -> ArrayDict:
+        """The upload: only the statistics of ``statistics`` (``stat_layout``)."""
         p = self.params
         y = to_space(images, p.space)
-        out = {"moments": image_statistics(y, "moments").float().numpy()}
-        if p.statistics != "moments":
-            out["pair"] = image_statistics(y, p.statistics).float().numpy()
-        return out
+        return {p.statistics: image_statistics(y, p.statistics).float().numpy()}
 
     def begin(self, model: nn.Module, payload: Any, state: Any) -> None:
+        """One pool of the received statistics, used by RandStain and MixStyle."""
         super().begin(model, payload, state)
         p = self.params
-        moments = torch.from_numpy(self.pool["moments"])
-        self.rs_pool = StatPool(moments, space=p.space, kind="moments").fit()
-        if p.statistics == "moments":
-            self.ms_pool = self.rs_pool
-        else:
-            pair = torch.from_numpy(self.pool["pair"])
-            self.ms_pool = StatPool(pair, space=p.space, kind=p.statistics)
+        stats = torch.from_numpy(self.pool[p.statistics])
+        self.rs_pool = StatPool(stats, space=p.space, kind=p.statistics).fit()
+        self.ms_pool = self.rs_pool
 
     def shape_fit(self) -> ShapeFit:
         p = self.params

@@ -9,12 +9,27 @@ target's test split. Features are standardized with statistics of the train spli
 (inside each CV fold, of the fold's training part), so no test information leaks.
 
 The paper fixes "a small L2 penalty of 1e-4" and also says the CV selects "the
-best hyperparameter"; here C is selected over ``cs`` (the penalty 1e-4 is
-C = 1e4 in scikit-learn's parametrization; put it in ``cs`` to include it).
+best hyperparameter". Both readings are here:
+
+* ``l2=None`` (the default): C is selected over ``cs`` by CV F1;
+* ``l2=<float>`` (the paper's fixed penalty, ``evaluation.probe_l2: 1e-4``): no
+  CV; the logistic regression minimizes the **per-sample mean** log-loss plus
+  (l2 / 2) ||w||^2. scikit-learn minimizes C * sum_i log-loss_i + ||w||^2 / 2, so
+  dividing by C * n gives the same minimizer with
+
+      C = 1 / (n * l2)        (n: the number of training samples)
+
+  (for the paper's 1e-4 and ~300 probe images, C ~ 33). Read with a *summed*
+  loss instead, 1e-4 would be C = 1 / 1e-4 = 1e4, independent of n; put that in
+  ``cs`` to get it.
+
+Every result carries ``l2`` = 1 / (n_train * C), the per-sample penalty of the
+final fit in the first convention, and ``selection`` ("cv" or "fixed_l2").
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -66,6 +81,33 @@ def _cv_f1(y: np.ndarray, pred: np.ndarray, num_classes: int) -> float:
     return float(f1[1]) if num_classes == 2 else float(np.mean(f1))
 
 
+def l2_to_c(l2: float, n: int) -> float:
+    """scikit-learn's C for a per-sample L2 penalty ``l2`` on ``n`` samples.
+
+    The mean log-loss + (l2 / 2) ||w||^2 has the minimizer of scikit-learn's
+    C * sum log-loss + ||w||^2 / 2 with C = 1 / (n * l2).
+    """
+    if not (math.isfinite(l2) and l2 > 0):
+        raise ConfigError(f"probe L2 penalty must be a number > 0, got {l2!r}")
+    if n < 1:
+        raise ValueError(f"probe L2 penalty: need at least one sample, got n={n}")
+    return 1.0 / (n * l2)
+
+
+def fit_probe_model(x: np.ndarray, y: np.ndarray, c: float, max_iter: int) -> Any:
+    """The probe's model: standardization (statistics of ``x``) + L2 logistic
+    regression with inverse strength ``c`` (L-BFGS, ``max_iter`` iterations)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = make_pipeline(
+        StandardScaler(),
+        LogisticRegression(C=c, solver="lbfgs", max_iter=max_iter),
+    )
+    return model.fit(x, y)
+
+
 def linear_probe(
     train_x: np.ndarray,
     train_y: np.ndarray,
@@ -75,10 +117,12 @@ def linear_probe(
     folds: int = 5,
     max_iter: int = 100,
     cs: Sequence[float] = (0.01, 0.1, 1.0, 10.0, 100.0),
+    l2: float | None = None,
     seed: int = 0,
     where: str = "probe target",
 ) -> dict[str, Any]:
-    """Fit a CV-tuned logistic regression on train features, evaluate on test.
+    """Fit a CV-tuned (or fixed-penalty) logistic regression on train features,
+    evaluate on test.
 
     Parameters
     ----------
@@ -93,7 +137,11 @@ def linear_probe(
     max_iter : int
         L-BFGS iterations (FedAD: 100).
     cs : sequence of float
-        Candidate inverse L2 strengths C.
+        Candidate inverse L2 strengths C (unused with ``l2``).
+    l2 : float or None
+        None: choose C over ``cs`` by CV. A number > 0: the paper's fixed L2
+        penalty on the per-sample mean loss, fitted once with
+        C = 1 / (n_train * l2) (:func:`l2_to_c`), no CV (``folds`` is then 0).
     seed : int
         Fold shuffling.
     where : str
@@ -108,20 +156,18 @@ def linear_probe(
         ``macro_*`` means; ``auroc`` ``nan`` when undefined; ``confusion`` in
         ``classes`` order), then ``C``, ``cv_f1`` (mean CV F1 per candidate, the
         positive-class F1 for two classes, else macro-F1), ``folds``,
-        ``n_train``, ``n_test``, ``n``, ``classes``, ``converged`` and, for two
+        ``n_train``, ``n_test``, ``n``, ``classes``, ``converged``, ``l2``
+        (1 / (n_train * C)), ``selection`` ("cv" or "fixed_l2") and, for two
         classes, ``roc`` ({"fpr", "tpr"}, empty when one class is absent).
 
     Raises
     ------
     ConfigError
         If the train split holds a single class (or either split is empty),
-        naming ``where``.
+        naming ``where``; or if ``l2`` is not a number > 0.
     """
     from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     tx, ty, vx, vy = _check_inputs(train_x, train_y, test_x, test_y, where)
     train_classes, counts = np.unique(ty, return_counts=True)
@@ -131,9 +177,15 @@ def linear_probe(
             f"{train_classes[0]!r} ({len(ty)} samples); a probe needs at least two "
             "classes (choose another lodo target or data split)"
         )
-    if not cs or any(not (c > 0) for c in cs):
+    if l2 is not None and not (
+        isinstance(l2, int | float) and math.isfinite(l2) and l2 > 0
+    ):
+        raise ConfigError(
+            f"linear probe on {where}: l2 must be a number > 0, got {l2!r}"
+        )
+    if l2 is None and (not cs or any(not (c > 0) for c in cs)):
         raise ConfigError(f"linear probe on {where}: cs must be positive, got {cs}")
-    if folds < 2:
+    if l2 is None and folds < 2:
         raise ConfigError(f"linear probe on {where}: folds must be >= 2, got {folds}")
     labels = sorted(set(ty.tolist()) | set(vy.tolist()))
     index = {c: i for i, c in enumerate(labels)}
@@ -145,19 +197,18 @@ def linear_probe(
     rs = int(seed) % (2**32)
 
     def fit(c: float, x: np.ndarray, y: np.ndarray) -> Any:
-        model = make_pipeline(
-            StandardScaler(),
-            LogisticRegression(C=c, solver="lbfgs", max_iter=max_iter),
-        )
-        return model.fit(x, y)
+        return fit_probe_model(x, y, c, max_iter)
 
-    used = min(folds, int(counts.min()))
+    used = 0 if l2 is not None else min(folds, int(counts.min()))
     note = ""
     cv_f1: dict[str, float] = {}
     n_warn = 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        if used >= 2:
+        if l2 is not None:
+            best = l2_to_c(float(l2), len(ty))
+            note = f"no cross-validation: fixed L2 penalty {l2!r} (C = 1 / (n * l2))"
+        elif used >= 2:
             if used < folds:
                 note = (
                     f"reduced from {folds} to {used} folds: the rarest train class "
@@ -199,6 +250,8 @@ def linear_probe(
                 int(c) if isinstance(c, np.integer | int) else str(c) for c in labels
             ],
             "converged": n_warn == 0,
+            "l2": 1.0 / (len(ty) * float(best)),
+            "selection": "cv" if l2 is None else "fixed_l2",
         }
     )
     if note:

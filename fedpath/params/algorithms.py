@@ -75,7 +75,12 @@ StatChoice = Literal[
 
 @dataclass(frozen=True)
 class FedStainParams(AlgorithmParams):
-    """FedStain hyper-parameters (paper defaults where it gives them)."""
+    """FedStain hyper-parameters (paper defaults where it gives them).
+
+    ``statistics`` is what the clients exchange and what both RandStain and
+    MixStyle use: all four moments (FedStain), or only one Table V pair, so that
+    each row of the Table V ablation neither sends nor uses the other statistics.
+    """
 
     upload_ratio: Annotated[float, Probability] = 0.1  # r (Tables III-IV)
     refresh: Literal["round", "once"] = "round"
@@ -122,12 +127,30 @@ class FedStainParams(AlgorithmParams):
             "'moments' or 'skew_kurt' when mixstyle_mode is 'paper'",
             self.statistics,
         )
+        # Eq. 1's literal reading rescales by a template std: only the moments and
+        # the mean/std pair carry one.
+        require(
+            self.randstain_reading == "sound"
+            or self.statistics in ("moments", "mean_std"),
+            "statistics",
+            "'moments' or 'mean_std' when randstain_reading is 'paper'",
+            self.statistics,
+        )
+        # With skewness/kurtosis only, the shape step is all RandStain can apply.
+        require(
+            self.higher_order or not self.randstain or self.statistics != "skew_kurt",
+            "higher_order",
+            "true when statistics is 'skew_kurt' and randstain is on (RandStain "
+            "would leave every image unchanged)",
+            self.higher_order,
+        )
 
     def stat_layout(self) -> dict[str, tuple[int, int]]:
-        layout = {"moments": (3, 4)}
-        if self.statistics != "moments":
-            layout["pair"] = (3, 2)
-        return layout
+        """name -> (channels, statistics) of what a client uploads: one array named
+        after ``statistics``, 3 channels (in RGB, LAB and HED alike) by 4 moments
+        or the 2 statistics of a Table V pair. Nothing else leaves the client, so
+        a Table V row exchanges only its pair."""
+        return {self.statistics: (3, 4 if self.statistics == "moments" else 2)}
 
 
 @dataclass(frozen=True)
@@ -236,6 +259,12 @@ class FedADParams(SSLParams):
     head_hidden: hidden width of g_k (default: the feature dimension F).
     atsa: use the ATSA curriculum; false sends ``static_lambda`` every round.
     lambda_min, lambda_max, alpha, k, eps: Eq. 5-6.
+    atsa_scale: what Eq. 6 is fed. ``relative`` (default): D = atsa_anchor *
+    Delta / (Delta_ref + eps), Delta_ref the mean Delta of the first
+    ``atsa_warmup`` rounds, so the paper's thresholds apply to the instability
+    relative to the run's start at any model size; ``literal``: D = Delta, the
+    paper as written (its thresholds assume Delta ~ 0.2 at the start). See
+    :mod:`fedpath.ssl.atsa`.
     """
 
     gamma: Annotated[float, Ge(0)] = 2.0
@@ -248,6 +277,9 @@ class FedADParams(SSLParams):
     alpha: float = 0.8
     k: float = 20.0
     eps: float = 1e-8
+    atsa_scale: Literal["relative", "literal"] = "relative"
+    atsa_warmup: Annotated[int, Ge(1)] = 3
+    atsa_anchor: Annotated[float, Gt(0)] = 0.2
 
     def validate(self) -> None:
         check_atsa_bounds(

@@ -280,13 +280,41 @@ def _fedad(b: _Builder, exp: Experiment) -> None:
             return out.read_bytes()
 
     b.figure("fedad", "FedAD: loss terms and the ATSA trace (Delta_t, lambda_t)", draw)
-    cms = []
-    for run in exp.finished:
-        target = (run.final or {}).get("evaluation", {}).get("target", {})
-        cm = target.get("confusion_matrix")
-        if cm is not None:
-            cms.append((run, cm))
-    for run, cm in cms[:4]:
+    shown = [r for r in (exp.first_run_any(m) for m in exp.methods) if r is not None]
+
+    def target(run: Run) -> dict[str, Any]:
+        return dict((run.final or {}).get("evaluation", {}).get("target", {}))
+
+    def roc() -> bytes | None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from fedpath.report.html import fig_png
+
+        curves = [(r, target(r)["roc"]) for r in shown if "roc" in target(r)]
+        if not curves:
+            return None
+        fig, ax = plt.subplots(figsize=(5, 4.5))
+        for run, pts in curves:
+            auc = target(run).get("auroc")
+            label = f"{run.method} (AUROC {100 * auc:.1f})" if auc else run.method
+            ax.plot(pts["fpr"], pts["tpr"], marker=".", label=label)
+        ax.plot([0, 1], [0, 1], "k:", lw=0.8)
+        ax.set(xlabel="false positive rate", ylabel="true positive rate")
+        ax.set_title(
+            f"linear probe at {curves[0][0].target} (seed {curves[0][0].seed})"
+        )
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig_png(fig)
+
+    b.figure("probe_roc", "the linear probe's ROC at the unseen domain", roc)
+    for run in shown:
+        cm = target(run).get("confusion")
+        if cm is None:
+            continue
         rows = "".join(
             "<tr>" + "".join(f'<td class="num">{esc(v)}</td>' for v in row) + "</tr>"
             for row in cm

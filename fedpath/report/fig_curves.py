@@ -26,6 +26,9 @@ NOT_COMPONENTS = {
     "fit/delta",
     "fit/lambda",
     "fit/lambda_next",
+    "fit/lambda_target",
+    "fit/delta_ref",
+    "fit/delta_norm",
     "fit/bank_entries",
     "fit/epsilon",
 }

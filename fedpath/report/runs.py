@@ -86,6 +86,12 @@ class Experiment:
             "clients" in (r.final or {}).get("evaluation", {}) for r in self.runs
         )
 
+    def first_run_any(self, method: str) -> Run | None:
+        """The method's finished run of the first held-out domain, lowest seed
+        (with or without a model file)."""
+        runs = [r for r in self.finished if r.method == method]
+        return min(runs, key=lambda r: (r.target, r.seed)) if runs else None
+
     def first_run(self, method: str) -> Run | None:
         """The method's run to draw figures from: a finished one with a model,
         the first held-out domain in the table's order, the lowest seed."""

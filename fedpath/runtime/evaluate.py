@@ -95,6 +95,7 @@ def evaluate_probe(
         folds=ev.probe_folds,
         max_iter=ev.probe_max_iter,
         cs=ev.probe_cs,
+        l2=ev.probe_l2,
         seed=seed,
         where=f"domain {t!r} (lodo target)",
     )

@@ -24,11 +24,14 @@ from fedpath.config import ConfigError
 from fedpath.utils.io import read_jsonl
 
 RESULTS = "results.jsonl"
-#: round-record keys that are not loss components
+#: round-record keys that are not loss components (the ATSA controller's trace)
 NOT_COMPONENTS = {
     "fit/loss",
     "fit/delta",
+    "fit/delta_ref",
+    "fit/delta_norm",
     "fit/lambda",
+    "fit/lambda_target",
     "fit/lambda_next",
     "fit/num_examples",
     "fit/bank_entries",

@@ -4,9 +4,16 @@ FedStain Sec. III-C (Eq. 1) builds on RandStainNA (Shen et al., MICCAI 2022): ea
 client uploads per-image channel statistics, the server returns the pool of the
 *other* clients' statistics (Alg. 2, lines 5-9), and every training image is
 re-coloured, with probability ``p`` (paper: 0.9), to a "virtual template" drawn
-from that pool. The pool stores the four moments of :func:`channel_moments`, so
-besides mean and std a template also carries skewness and excess kurtosis, which
+from that pool. FedStain's pool stores the four moments of :func:`channel_moments`,
+so besides mean and std a template also carries skewness and excess kurtosis, which
 :func:`fedpath.stain.shape.match_shape` imposes with an order-preserving map.
+
+A pool of one Table V pair (FedStain Table V: the clients exchange only that pair)
+imposes only that pair, so each row of the ablation uses what its label says:
+``mean_std`` is plain RandStainNA (no shape step: per channel an affine map, which
+leaves skewness and kurtosis as they were), ``skew_kurt`` only the shape step (mean
+and std of the image kept), and the other pairs the transfer of
+:func:`fedpath.stain.shape.restyle`.
 
 Eq. 1 as printed, ``x' = (x - mu) * sigma' + mu'``, omits the division by ``sigma``;
 the default ``reading="sound"`` is the Reinhard/RandStainNA transfer
@@ -32,7 +39,7 @@ from fedpath.stain.moments import (
     check_kind,
     image_statistics,
 )
-from fedpath.stain.shape import ACCURATE_FIT, ShapeFit, match_shape
+from fedpath.stain.shape import ACCURATE_FIT, ShapeFit, match_shape, restyle
 
 __all__ = ["StatPool", "randstain", "randstain_in_space"]
 
@@ -270,6 +277,56 @@ def randstain_in_space(
     return out.to(y.dtype)
 
 
+def _apply_templates(
+    y: Tensor,
+    targets: Tensor,
+    kind: StatKind,
+    higher_order: bool,
+    strength: float,
+    reading: Reading,
+    shape_fit: ShapeFit,
+) -> Tensor:
+    """Move images ``y`` (in the pool's space) to templates of statistic ``kind``.
+
+    ``moments``: :func:`randstain_in_space` (mean/std, and the shape step if
+    ``higher_order``). ``mean_std``: the same without the shape step (RandStainNA;
+    both readings of Eq. 1). ``skew_kurt``: only the shape step, the image's mean
+    and std kept. The other Table V pairs: :func:`fedpath.stain.shape.restyle`
+    (:func:`_check_pool_use` has rejected what they cannot do).
+    """
+    if kind == "moments":
+        return randstain_in_space(
+            y, targets, higher_order, strength, reading, shape_fit=shape_fit
+        )
+    if kind == "mean_std":
+        # no skewness/kurtosis in the template: the shape step is off whatever
+        # higher_order says, so the placeholder columns are never read
+        padded = torch.cat((targets, torch.zeros_like(targets)), dim=-1)
+        return randstain_in_space(y, padded, False, strength, reading)
+    return restyle(y, None, targets, kind, shape_fit=shape_fit, strength=strength)
+
+
+def _check_pool_use(kind: StatKind, higher_order: bool, reading: Reading) -> None:
+    """Raise ``ValueError`` for what a pool of ``kind`` cannot do.
+
+    Only ``moments`` and ``mean_std`` templates carry a std for Eq. 1's literal
+    reading; a ``skew_kurt`` pool without the shape step would leave every image
+    as it is (a silent no-op, so an error).
+    """
+    if reading not in ("sound", "paper"):
+        raise ValueError(f"reading must be 'sound' or 'paper', got {reading!r}")
+    if reading == "paper" and kind not in ("moments", "mean_std"):
+        raise ValueError(
+            f"reading='paper' is Eq. 1 on a mean/std template; a {kind!r} pool "
+            "has none (use a 'moments' or 'mean_std' pool)"
+        )
+    if kind == "skew_kurt" and not higher_order:
+        raise ValueError(
+            "a 'skew_kurt' pool only has the shape step to apply; with "
+            "higher_order=False RandStain would return the images unchanged"
+        )
+
+
 def randstain(
     x: Tensor,
     pool: StatPool,
@@ -285,17 +342,21 @@ def randstain(
     """RandStain (FedStain Eq. 1, sound reading) with higher-order shape matching.
 
     For each image, independently with probability ``p``: convert to ``space``,
-    draw a template ``(mu', sigma', S', K')`` from ``pool``, map each channel to
+    draw a template from ``pool`` and move the image to it, convert back and clamp
+    to ``[0, 1]``. With a ``moments`` pool (FedStain) the template is
+    ``(mu', sigma', S', K')`` and each channel goes to
     ``(x - mu) / sigma * sigma' + mu'`` after (if ``higher_order``) reshaping its
-    standardized values toward ``(S', K')`` with :func:`match_shape`, convert back
-    and clamp to ``[0, 1]``.
+    standardized values toward ``(S', K')`` with :func:`match_shape`. A pool of a
+    Table V pair imposes only that pair (module docstring): ``mean_std`` is the
+    affine transfer alone, ``skew_kurt`` the reshaping alone with the image's own
+    mean and std kept, the others :func:`fedpath.stain.shape.restyle`.
 
     Parameters
     ----------
     x : Tensor
         ``(B, 3, H, W)`` RGB in ``[0, 1]``.
     pool : StatPool
-        Moments pool (``kind="moments"``) of other images/clients.
+        Pool of other images'/clients' statistics, of any kind.
     generator : torch.Generator
         Randomness. Draw order: the ``B`` templates (``pool.sample``), then the
         ``B`` Bernoulli(p) selections.
@@ -306,8 +367,13 @@ def randstain(
         Per-image application probability (paper: 0.9).
     mode : {"fitted", "direct"}
         Template sampling (:meth:`StatPool.sample`).
-    higher_order, strength, reading, shape_fit
-        See :func:`randstain_in_space`.
+    higher_order : bool
+        The shape step, for pools that hold skewness/kurtosis (``moments``,
+        ``skew_kurt``; ``False`` with ``skew_kurt`` is an error, as it would
+        leave the images unchanged); the other pools have none to apply.
+    strength, reading, shape_fit
+        See :func:`randstain_in_space`; ``reading="paper"`` needs a ``moments``
+        or ``mean_std`` pool.
 
     Returns
     -------
@@ -317,8 +383,6 @@ def randstain(
     check_generator(generator)
     if not isinstance(pool, StatPool):
         raise TypeError(f"pool must be a StatPool, got {type(pool).__name__}")
-    if pool.kind != "moments":
-        raise ValueError(f"randstain needs a 'moments' pool, got kind {pool.kind!r}")
     space = pool.space if space is None else check_space(space)
     if space != pool.space:
         raise ValueError(
@@ -331,6 +395,7 @@ def randstain(
         raise ValueError(
             f"x must have shape (B, {pool.stats.shape[1]}, H, W), got {tuple(x.shape)}"
         )
+    _check_pool_use(pool.kind, higher_order, reading)
     b = x.shape[0]
     targets = pool.sample(b, generator, mode).to(x.device)
     chosen = (rand((b,), generator, x.device) < p).nonzero().flatten()
@@ -338,8 +403,8 @@ def randstain(
     if chosen.numel() == 0:
         return out
     y = to_space(x[chosen], space)
-    y = randstain_in_space(
-        y, targets[chosen], higher_order, strength, reading, shape_fit=shape_fit
+    y = _apply_templates(
+        y, targets[chosen], pool.kind, higher_order, strength, reading, shape_fit
     )
     out[chosen] = from_space(y, space).to(x.dtype)
     return out

@@ -72,6 +72,17 @@ def test_runtime_bytes_per_round_are_the_encoders(tmp_path: Path) -> None:
     assert rec["bytes_up"] == rec["bytes_down"] == 3 * enc
     assert rec["fit/lambda"] == pytest.approx(0.1)  # round 1: lambda_min
     assert rec["fit/delta"] > 0 and 0.1 <= rec["fit/lambda_next"] <= 1.0
+    # what the (relative) controller used is in the record: round 1 is the reference
+    assert rec["fit/delta_ref"] == pytest.approx(rec["fit/delta"])
+    assert rec["fit/delta_norm"] == pytest.approx(
+        0.2 * rec["fit/delta"] / (rec["fit/delta_ref"] + 1e-8), rel=1e-9
+    )
+    assert rec["fit/lambda_target"] == pytest.approx(
+        0.1 + 0.9 * np.exp(-20 * rec["fit/delta_norm"]), rel=1e-9
+    )
+    assert rec["fit/lambda_next"] == pytest.approx(
+        0.8 * rec["fit/lambda"] + 0.2 * rec["fit/lambda_target"], rel=1e-9
+    )
     for key in ("fit/cl", "fit/align", "fit/ortho", "fit/loss"):
         assert np.isfinite(rec[key])
 
@@ -186,9 +197,23 @@ def test_server_atsa_static_lambda_and_checkpoint(tmp_path: Path) -> None:
     num = np.sqrt(sum(((new[k] - old[k]).astype(np.float64) ** 2).sum() for k in keys))
     den = np.sqrt(sum((old[k].astype(np.float64) ** 2).sum() for k in keys))
     assert logs["delta"] == pytest.approx(num / (den + 1e-8), rel=1e-5)
-    target = 0.1 + 0.9 * np.exp(-20 * logs["delta"])
+    # default scale "relative": D = 0.2 * Delta / (Delta_ref + eps), and the first
+    # round is its own reference
+    assert logs["delta_ref"] == logs["delta"]
+    norm = 0.2 * logs["delta"] / (logs["delta"] + 1e-8)
+    assert logs["delta_norm"] == pytest.approx(norm, rel=1e-12)
+    target = 0.1 + 0.9 * np.exp(-20 * norm)
+    assert logs["lambda_target"] == pytest.approx(target, rel=1e-12)
     assert logs["lambda_next"] == pytest.approx(0.8 * 0.1 + 0.2 * target, rel=1e-6)
     assert logs["lambda"] == pytest.approx(0.1)
+    # the paper's literal Eq. 6 on the raw Delta, selectable
+    literal = resolve_params(FedADParams, {"atsa_scale": "literal"}, "algorithm.params")
+    lit_logs = FedADServer(literal, sctx).aggregate("fit", 1, replies)
+    assert lit_logs["delta_norm"] == lit_logs["delta"] == pytest.approx(logs["delta"])
+    lit_target = 0.1 + 0.9 * np.exp(-20 * lit_logs["delta"])
+    assert lit_logs["lambda_next"] == pytest.approx(
+        0.8 * 0.1 + 0.2 * lit_target, rel=1e-6
+    )
     restored = FedADServer(params, sctx)
     restored.load_state(server.state())
     assert restored.configure("fit", 2, ["a"])["a"].scalars["lambda"] == pytest.approx(
@@ -215,7 +240,9 @@ def test_resume_restores_the_curriculum(tmp_path: Path) -> None:
         else:
             InProcessRun(cfg, ds, fold, 0, out).run()
         recs = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
-        return [r["fit/lambda"] for r in recs if r["kind"] == "round"]
+        # lambda_next of round 2 needs round 1's Delta_ref back from the checkpoint
+        keys = ("fit/lambda", "fit/lambda_next", "fit/delta_ref")
+        return [r[k] for r in recs if r["kind"] == "round" for k in keys]
 
     assert rounds("a", None) == pytest.approx(rounds("b", 1))
 

@@ -24,6 +24,13 @@ matching checksum; to know who made a model, compare its SHA-256 with one
 received from its maker over a channel you trust (or sign the file). Format 1
 files (checksum over the payload only) still load, with a warning. Writing is
 atomic.
+
+The same container holds MIL models of slide bags (``kind: "mil"`` in the header;
+a file without ``kind`` is an image model, as every older file is): a run with
+``evaluation.protocol: local`` on bags writes each client's deployed model as
+``models/<client>.fpm`` (:mod:`fedpath.mil.export`). :func:`load_model` and
+:func:`read_model_file` read image models only and name :func:`load_mil_model`
+for a MIL file; :func:`load_any` reads either.
 """
 
 from __future__ import annotations
@@ -34,18 +41,23 @@ import json
 import logging
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedpath import __version__
 from fedpath.config import ModelConfig
 from fedpath.errors import ArtifactError
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.utils.io import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from fedpath.mil.export import LoadedMILModel
 
 log = logging.getLogger("fedpath")
 
@@ -102,23 +114,57 @@ class ModelMeta:
 
 def save_model(path: Path, model: FedModel, meta: ModelMeta) -> Path:
     """Write ``model``'s weights and ``meta`` to ``path`` atomically."""
+    return write_container(path, asdict(meta), model)
+
+
+def write_container(path: Path, header: Mapping[str, Any], model: nn.Module) -> Path:
+    """Write ``header`` (JSON-able metadata) and ``model``'s weights to ``path``
+    atomically, in the file layout of the module docstring (format 2, with the
+    whole-file SHA-256): the one writer of image (``model.fpm``) and MIL
+    (``kind: mil``, :mod:`fedpath.mil.export`) model files."""
     buf = io.BytesIO()
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     torch.save(state, buf)
     payload = buf.getvalue()
-    header = {
-        **asdict(meta),
+    full = {
+        **header,
         "payload_bytes": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
-    head = json.dumps(header, sort_keys=True).encode()
+    head = json.dumps(full, sort_keys=True).encode()
     body = MAGIC + struct.pack("<Q", len(head)) + head + payload
     atomic_write_bytes(path, body + hashlib.sha256(body).digest())
     return path
 
 
+def model_kind(header: Mapping[str, Any]) -> str:
+    """``image`` (every file without a ``kind``: all files before MIL export) or
+    the header's ``kind`` (``mil``: a slide-bag model, :mod:`fedpath.mil.export`)."""
+    return str(header.get("kind") or "image")
+
+
 def read_model_file(path: Path) -> tuple[ModelMeta, dict[str, torch.Tensor]]:
     """Read and verify a model file; every failure names the file and the problem."""
+    header, weights = read_container(path)
+    return _image_meta(header, path), weights
+
+
+def _image_meta(header: Mapping[str, Any], path: Path) -> ModelMeta:
+    """The :class:`ModelMeta` of a verified header; a MIL model's is refused."""
+    if model_kind(header) != "image":
+        raise ArtifactError(
+            f"model file {str(path)!r} holds a {model_kind(header)} model (slide "
+            "bags, not images); load it with fedpath.artifact.load_mil_model, or "
+            "use it with `fedpath evaluate` / `fedpath predict`"
+        )
+    known = {f for f in ModelMeta.__dataclass_fields__}
+    return ModelMeta(**{k: v for k, v in header.items() if k in known})
+
+
+def read_container(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The verified header and weights of a model file of any kind (magic,
+    format, the whole-file SHA-256, the payload's length and SHA-256); every
+    failure names the file and the problem."""
     where = str(path)
     if not path.is_file():
         raise ArtifactError(f"model file {where!r} does not exist")
@@ -169,9 +215,9 @@ def read_model_file(path: Path) -> tuple[ModelMeta, dict[str, torch.Tensor]]:
         raise ArtifactError(
             f"model file {where!r}: cannot load weights: {err}"
         ) from None
-    known = {f for f in ModelMeta.__dataclass_fields__}
-    meta = ModelMeta(**{k: v for k, v in header.items() if k in known})
-    return meta, weights
+    if not isinstance(header, dict):
+        raise ArtifactError(f"model file {where!r}: the header is not a JSON object")
+    return header, weights
 
 
 class LoadedModel:
@@ -303,7 +349,30 @@ class LoadedModel:
 
 
 def load_model(path: str | Path) -> LoadedModel:
-    """Load and verify a model file written by a fedpath run (``model.fpm``)."""
+    """Load and verify a model file written by a fedpath run (``model.fpm``).
+
+    A MIL model file (``kind: mil``) is refused, naming :func:`load_mil_model`."""
     p = Path(path)
     meta, weights = read_model_file(p)
     return LoadedModel(meta, weights, p)
+
+
+def load_mil_model(path: str | Path) -> LoadedMILModel:
+    """Load and verify a MIL model file (``models/<client>.fpm`` of a run with
+    ``evaluation.protocol: local`` on slide bags): its ``predict_proba`` takes a
+    list of bags (:class:`fedpath.mil.export.LoadedMILModel`)."""
+    from fedpath.mil.export import load_mil_model as load
+
+    return load(path)
+
+
+def load_any(path: str | Path) -> LoadedModel | LoadedMILModel:
+    """The model of any fedpath model file: an image model
+    (:class:`LoadedModel`) or a MIL model (``kind: mil``), by its header."""
+    from fedpath.mil.export import LoadedMILModel, MILModelMeta
+
+    p = Path(path)
+    header, weights = read_container(p)
+    if model_kind(header) == "mil":
+        return LoadedMILModel(MILModelMeta.from_header(header, p), weights, p)
+    return LoadedModel(_image_meta(header, p), weights, p)

@@ -148,10 +148,24 @@ def build_parser() -> argparse.ArgumentParser:
         "accuracy, balanced accuracy, macro-F1, AUROC, MCC with bootstrap 95% "
         "intervals of the balanced accuracy and AUROC, per-class sensitivity and "
         "specificity, and the confusion matrix (rows: true class, columns: predicted "
-        "class).",
+        "class). A MIL model (models/<client>.fpm of a slide-bag run) takes slide "
+        "bags (.h5/.pt): DATA is a labels CSV (slide_id,label[,domain][,path]; bag "
+        "files found beside it or in its h5_files/, pt_files/), a folder holding "
+        "one as slides.csv, a folder of <class>/ folders of bag files, or "
+        "NAME[:DOMAIN,...] for a registered bag dataset (e.g. "
+        "synthetic_bags:hospital_1 --split test).",
     )
-    ev.add_argument("model", type=Path, help="model file written by a run (model.fpm)")
-    ev.add_argument("data", help="manifest .csv, image folder, or NAME[:DOMAIN,...]")
+    ev.add_argument(
+        "model",
+        type=Path,
+        help="model file written by a run (model.fpm, or models/<client>.fpm of a "
+        "slide-bag run)",
+    )
+    ev.add_argument(
+        "data",
+        help="manifest .csv, image folder, or NAME[:DOMAIN,...]; for a MIL model a "
+        "slide labels .csv, a folder of bags, or NAME[:DOMAIN,...]",
+    )
     add_overrides(ev, "config overrides for a registered dataset")
     ev.add_argument(
         "--config", type=Path, help="experiment YAML for a registered dataset"
@@ -198,10 +212,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="predict every image of a folder (or one image) with an exported model",
         description="Writes one CSV row per image: path, predicted class, one "
         "probability column per class. Images of another size are resized to the "
-        "model's input size (bilinear, antialiased), as the training data was.",
+        "model's input size (bilinear, antialiased), as the training data was. A "
+        "MIL model (models/<client>.fpm) takes a bag file (.h5/.pt) or a folder of "
+        "them (recursive) and writes one row per slide: slide, path, predicted, "
+        "prob_<class>... at full precision.",
     )
     pr.add_argument("model", type=Path)
-    pr.add_argument("images", type=Path, help="an image file or a folder (recursive)")
+    pr.add_argument(
+        "images",
+        type=Path,
+        help="an image file or a folder (recursive); for a MIL model a bag file or "
+        "a folder of bag files",
+    )
     pr.add_argument("--out", type=Path, required=True, help="predictions CSV")
     pr.add_argument("--batch-size", type=int, default=64)
     pr.add_argument(

@@ -337,11 +337,12 @@ def _cmd_stain_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace, quiet: bool) -> int:
-    from fedpath.artifact import load_model
+    from fedpath.artifact import LoadedModel, load_any
     from fedpath.inference import evaluate, open_data, parse_class_map
     from fedpath.utils.io import atomic_write_text, dumps_json
 
-    model = load_model(args.model)
+    model = load_any(args.model)  # an image model, or a MIL model of slide bags
+    unit = "images" if isinstance(model, LoadedModel) else "slides"
     class_map = parse_class_map(args.class_map, model.class_names)
     opened = open_data(
         args.data,
@@ -368,8 +369,21 @@ def _cmd_evaluate(args: argparse.Namespace, quiet: bool) -> int:
         result["data_settings"] = opened.settings
     if opened.renamed:
         result["class_map"] = opened.renamed
+    if opened.warnings:
+        result["warnings"] = opened.warnings
     result["skipped"] = ds.skipped
     console = Console(soft_wrap=True)
+    if not isinstance(model, LoadedModel):
+        m = model.meta
+        console.print(
+            f"MIL model {m.architecture} of client {m.client or '?'} ({m.method}, "
+            f"seed {m.seed}): bags of D={m.in_dim}, embedding space "
+            f"{m.embedding_space!r}",
+            highlight=False,
+            markup=False,
+        )
+    for text in opened.warnings:
+        Console(stderr=True).print(f"warning: {text}", highlight=False, markup=False)
     if opened.settings is not None:
         s = opened.settings
         params = ", ".join(f"{k}={v}" for k, v in s["params"].items())
@@ -383,27 +397,31 @@ def _cmd_evaluate(args: argparse.Namespace, quiet: bool) -> int:
         matched = ", ".join(f"{k} -> {v}" for k, v in opened.renamed.items())
         console.print(f"classes matched: {matched}", highlight=False, markup=False)
     part = "" if args.split == "all" else f" ({args.split} split)"
-    _print_metrics(console, f"all{part}", result, model.class_names)
-    for d, m in result.get("per_domain", {}).items():
-        _print_metrics(console, f"{d}{part}", m, model.class_names)
+    _print_metrics(console, f"all{part}", result, model.class_names, unit)
+    for d, dm in result.get("per_domain", {}).items():
+        _print_metrics(console, f"{d}{part}", dm, model.class_names, unit)
     if ds.skipped:
-        console.print(f"skipped {len(ds.skipped)} unreadable images (--skip-bad)")
+        bad = "bag files" if unit == "slides" else "images"
+        console.print(f"skipped {len(ds.skipped)} unreadable {bad} (--skip-bad)")
     if args.out:
         atomic_write_text(args.out, dumps_json(result, indent=2))
     return 0
 
 
-def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) -> None:
+def _print_metrics(
+    console: Console, title: str, m: dict, classes: list[str], unit: str = "images"
+) -> None:
     """One report of :func:`fedpath.inference.evaluate`: the metrics, their
     bootstrap intervals, per-class sensitivity and specificity, the operating
-    point's metrics, and the confusion matrix with the class names."""
+    point's metrics, and the confusion matrix with the class names; ``unit``
+    names what was scored (``images``, or ``slides`` for a MIL model)."""
     from rich.markup import escape
     from rich.table import Table
 
     def num(v: float) -> str:
         return "n/a" if v != v else f"{v:.4f}"  # nan: undefined
 
-    table = Table(title=f"{escape(title)}: {m['n']} images", show_header=True)
+    table = Table(title=f"{escape(title)}: {m['n']} {unit}", show_header=True)
     names = ("accuracy", "balanced_accuracy", "macro_f1", "auroc", "mcc")
     for name in names:
         table.add_column(name)
@@ -417,7 +435,7 @@ def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) ->
 
         console.print(
             f"{100 * bs['level']:.0f}% bootstrap CI ({bs['resamples']} resamples of "
-            f"the images, seed {bs['seed']}): balanced_accuracy "
+            f"the {unit}, seed {bs['seed']}): balanced_accuracy "
             f"{ci(*bs['balanced_accuracy'])}, auroc {ci(*bs['auroc'])}",
             highlight=False,
         )
@@ -466,30 +484,38 @@ def _print_metrics(console: Console, title: str, m: dict, classes: list[str]) ->
 def _cmd_predict(args: argparse.Namespace, quiet: bool) -> int:
     from contextlib import ExitStack
 
-    from fedpath.artifact import load_model
-    from fedpath.inference import predict_files
+    from fedpath.artifact import LoadedModel, load_any
+    from fedpath.inference import predict_bags, predict_files
     from fedpath.utils.progress import JobProgress, job_progress
 
-    model = load_model(args.model)
+    model = load_any(args.model)  # an image model, or a MIL model of slide bags
+    unit = "images" if isinstance(model, LoadedModel) else "slides"
     with ExitStack() as stack:
         job: list[JobProgress] = []  # started at the first batch: the total is known
         seen = [0]
 
         def step(done: int, total: int) -> None:
             if not job:
-                bar = job_progress("predict", "images", total, quiet)
+                bar = job_progress("predict", unit, total, quiet)
                 job.append(stack.enter_context(bar))
             job[0].advance(done - seen[0])
             seen[0] = done
 
-        info = predict_files(
-            model, args.images, args.out, args.batch_size, args.skip_bad, step
-        )
+        if isinstance(model, LoadedModel):
+            info = predict_files(
+                model, args.images, args.out, args.batch_size, args.skip_bad, step
+            )
+        else:
+            info = predict_bags(model, args.images, args.out, args.skip_bad, step)
     console = _console(quiet)
-    console.print(f"wrote {info['images']} predictions to {args.out}")
+    console.print(f"wrote {info[unit]} predictions to {args.out}")
+    err = Console(stderr=True)
+    for text in info.get("warnings", []):
+        err.print(f"warning: {text}", highlight=False, markup=False)
     if info["skipped"]:
-        Console(stderr=True).print(
-            f"skipped {len(info['skipped'])} unreadable images: "
+        bad = "bag files" if unit == "slides" else "images"
+        err.print(
+            f"skipped {len(info['skipped'])} unreadable {bad}: "
             f"{', '.join(info['skipped'][:5])}"
         )
     return 0

@@ -14,6 +14,14 @@ the model's classes case-insensitively (``Normal/`` is ``normal``), and
 ``--class-map FOLDER=CLASS,...`` maps other names (``Mitosis=atypical``). A
 registered dataset (``synthetic:hospital_3``) is rebuilt with the data settings the
 model's run used, which the model file records, so its metrics are the run's.
+
+A MIL model file (``models/<client>.fpm`` of a slide-bag run, ``kind: mil``:
+:mod:`fedpath.mil.export`) is used the same way on slide bags (``.h5`` / ``.pt``
+files of patch embeddings, :func:`fedpath.mil.bags.read_bag_file`): labelled by a
+CSV of ``slide_id,label[,domain][,path]`` (:func:`open_bag_data`), by
+``<class>/`` folders of bag files, or a registered bag dataset
+(``synthetic_bags:hospital_1``); ``predict`` writes one row per slide
+(:func:`predict_bags`).
 """
 
 from __future__ import annotations
@@ -21,8 +29,9 @@ from __future__ import annotations
 import copy
 import csv
 import io
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,7 @@ from fedpath.config import (
     load_config,
     parse_override,
 )
+from fedpath.data.bags import BagStore, from_bag_dataset, split_bags
 from fedpath.data.base import DataError, DomainDataset, Part, Split
 from fedpath.data.files import IMAGE_SUFFIXES, image_files, load_image
 from fedpath.data.manifest import (
@@ -49,11 +59,27 @@ from fedpath.data.manifest import (
 from fedpath.evaluation.calibration import threshold_metrics
 from fedpath.evaluation.clinical import bootstrap_ci, per_class_rates
 from fedpath.evaluation.metrics import confusion_matrix, metrics_with_confusion
+from fedpath.mil.bags import BagDataset, SlideBag, read_bag_file
+from fedpath.mil.export import (
+    BAG_SUFFIXES,
+    LoadedMILModel,
+    bag_file_encoder,
+    encoder_mismatch,
+    scan_bag_files,
+)
 from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks.images import predict_probs
 from fedpath.utils.io import atomic_write_text
 
+log = logging.getLogger("fedpath")
+
 Progress = Callable[[int, int], None]
+
+#: a model file of either kind (:func:`fedpath.artifact.load_any`)
+AnyModel = LoadedModel | LoadedMILModel
+
+#: the labels CSV ``evaluate MODEL FOLDER`` reads from a folder of bags
+BAG_LABELS = "slides.csv"
 
 #: the parts of a dataset ``evaluate --split`` scores
 SPLITS: tuple[str, ...] = ("all", "test", "train")
@@ -73,6 +99,8 @@ class EvalData:
     renamed: dict[str, str]
     #: a registered dataset's ``name``, ``root``, ``params`` and their ``source``
     settings: dict[str, Any] | None = None
+    #: slide bags made by another encoder than the model's (their files say so)
+    warnings: list[str] = field(default_factory=list)
 
 
 def parse_class_map(text: str | None, classes: Sequence[str]) -> dict[str, str]:
@@ -208,7 +236,7 @@ def _scan_site_folder(
 
 def _data_settings(
     name: str,
-    model: LoadedModel,
+    model: AnyModel,
     config: Path | None,
     overrides: Sequence[str],
 ) -> tuple[DataConfig, str]:
@@ -250,7 +278,7 @@ def _data_settings(
 
 def open_data(
     spec: str,
-    model: LoadedModel,
+    model: AnyModel,
     config: Path | None = None,
     overrides: Sequence[str] = (),
     skip_bad: bool = False,
@@ -265,11 +293,14 @@ def open_data(
     experiment YAML) and ``overrides``. Class names are matched by
     :func:`resolve_classes` with ``class_map``. ``split`` (``all``, ``test``,
     ``train``) is checked here: only a registered dataset has train/test parts.
+    A MIL model opens slide bags instead (:func:`open_bag_data`).
     """
     if split not in SPLITS:
         raise ConfigError(
             f"--split: expected one of {', '.join(SPLITS)}, got {split!r}"
         )
+    if isinstance(model, LoadedMILModel):
+        return open_bag_data(spec, model, config, overrides, skip_bad, class_map, split)
     cmap = dict(class_map or {})
     classes = model.class_names
     path = Path(spec)
@@ -303,8 +334,27 @@ def open_data(
             data_cfg, params={**data_cfg.params, "image_size": model.image_size}
         )
     ds = load_dataset(data_cfg)
+    if ds.kind == "bags":
+        raise DataError(
+            f"dataset {name!r} holds slide bags, but {str(model.path)!r} is an "
+            "image model; evaluate a MIL model file (models/<client>.fpm) on bags"
+        )
+    return _registered(ds, domains, classes, cmap, data_cfg, source)
+
+
+def _registered(
+    ds: DomainDataset,
+    domains: str,
+    classes: Sequence[str],
+    cmap: Mapping[str, str],
+    data_cfg: DataConfig,
+    source: str,
+) -> EvalData:
+    """A registered dataset ``ds`` with its classes matched to the model's, its
+    ``domains`` (``a,b``; empty: all) checked, and the settings it was built
+    with."""
     mapping = resolve_classes(
-        ds.classes, classes, cmap, f"dataset {name!r}", "dataset classes"
+        ds.classes, classes, cmap, f"dataset {data_cfg.name!r}", "dataset classes"
     )
     if _renamed(mapping):  # a copy: registered datasets may be cached, shared
         ds = copy.copy(ds)
@@ -339,8 +389,182 @@ def _rename(
     return _renamed(mapping)
 
 
+class _BagReader:
+    """Reads a site's bag files for a MIL model: each checked against the model's
+    feature dimension (an error naming the file and the dimension expected) and,
+    when its file records the encoder, against the model's encoder."""
+
+    def __init__(self, model: LoadedMILModel, skip_bad: bool) -> None:
+        self.model = model
+        self.skip_bad = skip_bad
+        self.skipped: list[str] = []
+        self.warnings: list[str] = []
+
+    def read(self, path: Path) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The features and coords of ``path``; None: unreadable, skipped."""
+        try:
+            feats, coords = read_bag_file(path)
+        except DataError as err:
+            if not self.skip_bad:
+                raise DataError(f"{err} (use --skip-bad to skip and count)") from None
+            self.skipped.append(str(path))
+            return None
+        self.model.check_dim(int(feats.shape[1]), str(path))
+        for diff in encoder_mismatch(self.model.meta.encoder, bag_file_encoder(path)):
+            text = f"bags made by another encoder than the model's ({diff})"
+            if text not in self.warnings:
+                log.warning("%s: %s", path, text)
+                self.warnings.append(text)
+        return feats, coords
+
+
+def _bag_csv(
+    path: Path, reader: _BagReader, class_map: Mapping[str, str]
+) -> tuple[list[SlideBag], dict[str, str]]:
+    """The slides of a labels CSV (:func:`open_bag_data`) and the labels renamed."""
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{str(path)!r}: cannot read ({err})") from None
+    cols = set(rows[0]) if rows else set()
+    sid_col = "slide_id" if "slide_id" in cols else "slide"
+    if not rows or sid_col not in cols or "label" not in cols:
+        raise DataError(
+            f"{str(path)!r}: a slide labels CSV needs the columns slide_id (or "
+            f"slide) and label, optionally domain and path, and rows; has "
+            f"{sorted(cols)}"
+        )
+    classes = reader.model.class_names
+    labels = sorted({r["label"].strip() for r in rows})
+    mapping = resolve_classes(labels, classes, class_map, str(path), "labels")
+    base = path.parent
+    bags: list[SlideBag] = []
+    for line, row in enumerate(rows, start=2):
+        sid = row[sid_col].strip()
+        given = (row.get("path") or "").strip()
+        if given:
+            candidates = [Path(given) if Path(given).is_absolute() else base / given]
+        else:
+            candidates = [
+                base / "h5_files" / f"{sid}.h5",
+                base / "pt_files" / f"{sid}.pt",
+                *(base / f"{sid}{suffix}" for suffix in BAG_SUFFIXES),
+            ]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise DataError(
+                f"{path!s}:{line}: slide {sid!r} has no bag file (looked for "
+                f"{', '.join(str(c) for c in candidates)})"
+            )
+        read = reader.read(found)
+        if read is None:
+            continue
+        domain = (row.get("domain") or "").strip() or base.name
+        label = classes.index(mapping[row["label"].strip()])
+        bags.append(SlideBag(sid, read[0], label, domain, read[1]))
+    return bags, _renamed(mapping)
+
+
+def _bag_folders(
+    root: Path, reader: _BagReader, class_map: Mapping[str, str]
+) -> tuple[list[SlideBag], dict[str, str]]:
+    """The slides of ``root/<class>/`` folders of bag files (at any depth below
+    a class folder; one domain named after ``root``) and the folders renamed."""
+    subdirs = sorted(d for d in root.iterdir() if d.is_dir())
+    names = [d.name for d in subdirs]
+    if {"h5_files", "pt_files"} & set(names):
+        raise DataError(
+            f"{str(root)!r} is a features folder (h5_files/, pt_files/) without "
+            f"labels: add {BAG_LABELS} (slide_id,label) to it, pass a labels CSV "
+            "(slide_id,label[,domain][,path]) instead of the folder, or use "
+            "`fedpath predict` for unlabelled slides"
+        )
+    if not subdirs:
+        raise DataError(
+            f"{str(root)!r} holds no class folders; expected <class>/<slide>.h5 (or "
+            f".pt) folders, a {BAG_LABELS} labels CSV, or `fedpath predict` for "
+            "unlabelled slides"
+        )
+    mapping = resolve_classes(
+        names, reader.model.class_names, class_map, str(root), "class folders"
+    )
+    bags: list[SlideBag] = []
+    for d in subdirs:
+        label = reader.model.class_names.index(mapping[d.name])
+        for f in scan_bag_files(d):
+            read = reader.read(f)
+            if read is not None:
+                bags.append(SlideBag(f.stem, read[0], label, root.name, read[1]))
+    if not bags and not reader.skipped:
+        raise DataError(
+            f"no bag files ({', '.join(BAG_SUFFIXES)}) under the class folders of "
+            f"{str(root)!r}"
+        )
+    return bags, _renamed(mapping)
+
+
+def open_bag_data(
+    spec: str,
+    model: LoadedMILModel,
+    config: Path | None = None,
+    overrides: Sequence[str] = (),
+    skip_bad: bool = False,
+    class_map: Mapping[str, str] | None = None,
+    split: str = "all",
+) -> EvalData:
+    """The slide bags named by ``spec`` for a MIL model, and their domains.
+
+    ``spec``: a labels CSV with the columns ``slide_id`` (or ``slide``) and
+    ``label``, optionally ``domain`` (default: the CSV's folder name) and
+    ``path`` (the bag file, relative to the CSV; default: ``h5_files/<id>.h5``,
+    ``pt_files/<id>.pt``, ``<id>.h5`` or ``<id>.pt`` beside it: CLAM's layout as
+    ``fedpath features`` writes it); a folder holding such a CSV as
+    ``slides.csv``; a folder of ``<class>/`` folders of bag files; or
+    ``NAME:DOMAIN[,DOMAIN...]`` for a registered bag dataset, configured like an
+    image dataset's (:func:`_data_settings`: the model's run by default).
+    Labels and folders match the model's classes by :func:`resolve_classes`.
+    """
+    cmap = dict(class_map or {})
+    path = Path(spec)
+    is_file_data = (path.suffix.lower() == ".csv" and path.is_file()) or path.is_dir()
+    if is_file_data and split != "all":
+        raise ConfigError(
+            f"--split {split}: {spec!r} is a folder or labels CSV, which has no "
+            "train/test split (every slide is scored); use --split all, or "
+            "NAME:DOMAIN with --split test for a registered dataset"
+        )
+    if is_file_data:
+        reader = _BagReader(model, skip_bad)
+        labels = path / BAG_LABELS if path.is_dir() else path
+        if labels.is_file():
+            bags, renamed = _bag_csv(labels, reader, cmap)
+        else:
+            bags, renamed = _bag_folders(path, reader, cmap)
+        if not bags:
+            raise DataError(f"every bag file of {spec!r} was unreadable")
+        data = BagDataset(bags, model.class_names, model.embedding_space)
+        name = "bags_csv" if labels.is_file() else "bag_folders"
+        ds = from_bag_dataset(name, data, 0.0, 0)
+        ds.skipped = reader.skipped
+        return EvalData(ds, None, renamed, warnings=reader.warnings)
+    if path.exists():
+        raise DataError(f"{spec!r}: expected a labels .csv file or a folder")
+    name, _, domains = spec.partition(":")
+    data_cfg, source = _data_settings(name, model, config, overrides)
+    ds = load_dataset(data_cfg)
+    store = ds.store
+    if not isinstance(store, BagStore):
+        raise DataError(
+            f"dataset {name!r} holds {ds.kind}, but {str(model.path)!r} is a MIL "
+            "model of slide bags; evaluate an image model file (model.fpm) on it"
+        )
+    model.check_dim(store.dim, f"dataset {name!r}")
+    return _registered(ds, domains, model.class_names, cmap, data_cfg, source)
+
+
 def evaluate(
-    model: LoadedModel,
+    model: AnyModel,
     ds: DomainDataset,
     domains: Sequence[str] | None = None,
     per_domain: bool = False,
@@ -361,7 +585,9 @@ def evaluate(
     resamples of the images, seeded by ``seed``
     (:func:`~fedpath.evaluation.clinical.bootstrap_ci`). With an operating point
     also ``operating_point``: the metrics at its threshold (with ``sensitivity``,
-    ``specificity`` and that decision's ``confusion``)."""
+    ``specificity`` and that decision's ``confusion``). A MIL model scores the
+    slides of a bag dataset the same way, one slide per sample
+    (:meth:`~fedpath.mil.export.LoadedMILModel.predict_proba`)."""
     if bootstrap < 0:
         raise ConfigError(
             f"--bootstrap: expected 0 (off) or more resamples, got {bootstrap}"
@@ -373,18 +599,22 @@ def evaluate(
     part: Part = "test" if split == "test" else ("train" if split == "train" else "all")
     chosen = list(domains) if domains else list(ds.domains)
     parts = [s for s in (ds.split(d, part) for d in chosen) if len(s)]
+    unit = "slides" if isinstance(model, LoadedMILModel) else "images"
     if not parts:
         raise DataError(
-            f"--split {split}: dataset {ds.name!r} has no {split} images in "
+            f"--split {split}: dataset {ds.name!r} has no {split} {unit} in "
             f"{', '.join(chosen)}"
         )
     data = Split.concat(parts)
     # map the dataset's class indices onto the model's
     remap = np.array([model.class_names.index(c) for c in ds.classes])
     labels = remap[data.labels]
-    cpu = torch.device("cpu")
-    raw = predict_probs(model.model, data, batch_size, cpu, model.meta.tta).numpy()
-    probs = model.calibrate(raw)
+    if isinstance(model, LoadedMILModel):
+        probs = model.predict_proba(split_bags(data))
+    else:
+        cpu = torch.device("cpu")
+        raw = predict_probs(model.model, data, batch_size, cpu, model.meta.tta)
+        probs = model.calibrate(raw.numpy())
     classes = model.class_names
 
     def report(m: np.ndarray) -> dict[str, Any]:
@@ -461,3 +691,57 @@ def predict_files(
         raise DataError(f"every image under {str(target)!r} was unreadable")
     atomic_write_text(out, buf.getvalue())
     return {"images": len(rows), "skipped": skipped}
+
+
+def predict_bags(
+    model: LoadedMILModel,
+    target: Path,
+    out: Path,
+    skip_bad: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write ``out`` (CSV: slide, path, predicted, prob_<class>...) for every bag
+    file (``.h5``, ``.pt``) of ``target`` (a bag file, or a folder searched at
+    any depth; of a CLAM ``h5_files``/``pt_files`` pair only the ``.h5``):
+    ``slide`` is the file's stem, ``predicted`` the argmax, the probabilities at
+    full precision (``repr``: they read back as the same floats). A bag of
+    another feature dimension than the model's is an error naming it."""
+    if not target.exists():
+        raise DataError(f"{str(target)!r} does not exist")
+    if target.is_file() and target.suffix not in BAG_SUFFIXES:
+        raise DataError(
+            f"{str(target)!r} is not a bag file ({', '.join(BAG_SUFFIXES)}); the "
+            f"model {str(model.path)!r} is a MIL model of slide bags"
+        )
+    files = [target] if target.is_file() else scan_bag_files(target)
+    if not files:
+        raise DataError(
+            f"no bag files ({', '.join(BAG_SUFFIXES)}) under {str(target)!r}"
+        )
+    reader = _BagReader(model, skip_bad)
+    rows: list[list[str]] = []
+    for i, f in enumerate(files):
+        read = reader.read(f)
+        if read is not None:
+            bag = SlideBag(f.stem, read[0], 0, "", read[1])
+            probs = model.predict_proba([bag])
+            c = int(model.decide(probs)[0])
+            rows.append(
+                [
+                    f.stem,
+                    str(f),
+                    model.class_names[c],
+                    *(repr(float(v)) for v in probs[0]),
+                ]
+            )
+        if progress is not None:
+            progress(i + 1, len(files))
+    if not rows:
+        raise DataError(f"every bag file under {str(target)!r} was unreadable")
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    header = ["slide", "path", "predicted", *(f"prob_{c}" for c in model.class_names)]
+    writer.writerow(header)
+    writer.writerows(rows)
+    atomic_write_text(out, buf.getvalue())
+    return {"slides": len(rows), "skipped": reader.skipped, "warnings": reader.warnings}

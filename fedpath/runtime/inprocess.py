@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from fedpath import __version__
-from fedpath.algorithms.base import ClientAlgorithm, derive_seed
+from fedpath.algorithms.base import ClientAlgorithm, ProtocolError, derive_seed
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import ClientData, LodoFold, make_clients
@@ -58,6 +58,9 @@ from fedpath.utils.io import append_jsonl, atomic_write_text
 from fedpath.utils.progress import Reporter
 
 log = logging.getLogger("fedpath")
+
+#: the folder of the clients' own models (``evaluation.protocol: local``)
+CLIENT_MODELS = "models"
 
 
 @dataclass
@@ -174,6 +177,8 @@ class InProcessRun:
         else:  # a fresh run: nothing of an earlier one may stay beside it
             for name in (RESULTS, CHECKPOINT, FINAL, MODEL, TRAFFIC):
                 (self.run_dir / name).unlink(missing_ok=True)
+            for stale in (self.run_dir / CLIENT_MODELS).glob("*.fpm"):
+                stale.unlink()
         atomic_write_text(self.run_dir / "config.yaml", self.cfg.to_yaml())
         # logs the rounds after the checkpoint only (runtime.tracking)
         self.tracker = open_tracker(self.cfg, self.run_dir, self.labels(), start)
@@ -471,4 +476,53 @@ class InProcessRun:
                     **exported_decision(record["evaluation"], which),
                 },
             )
+        if self.cfg.evaluation.protocol == "local" and self.cfg.runtime.export_model:
+            self._export_clients()
         save_final(self.run_dir, record)
+
+    def _export_clients(self) -> None:
+        """Every client's deployed model as ``models/<client>.fpm``, when the task
+        exports client models (its ``export_client``: the slide-bag task,
+        :mod:`fedpath.mil.export`). Clients without a model here are skipped
+        (over Flower the client states live on the nodes)."""
+        export = getattr(self.task, "export_client", None)
+        if export is None:
+            return
+        rounds = self.cfg.train.rounds
+        written: dict[Path, str] = {}
+        for cid in sorted(self.states):
+            half = self.client_half(cid, rounds)
+            try:
+                model = half.deployed_model(
+                    self.server.evaluate_payload(cid), self.states[cid]
+                )
+            except ProtocolError as err:
+                log.warning("client %s: no model to export (%s)", cid, err)
+                continue
+            path = export(
+                self.run_dir / CLIENT_MODELS,
+                cid,
+                model,
+                {
+                    "domain": self.by_id[cid].domain,
+                    "architecture": str(
+                        self.states[cid].scalars.get("architecture", "")
+                    ),
+                    "config_hash": self.cfg.hash(),
+                    "method": self.cfg.method,
+                    "federation": list(self.fold.sources),
+                    "seed": self.seed,
+                    "round": rounds,
+                    "data": {
+                        "name": self.cfg.data.name,
+                        "root": self.cfg.data.root,
+                        "params": dict(self.cfg.data.params),
+                    },
+                },
+            )
+            if path in written:
+                raise RuntimeError(
+                    f"clients {written[path]!r} and {cid!r} map to one model file "
+                    f"{path}; rename one of them"
+                )
+            written[path] = cid

@@ -20,6 +20,7 @@ slides; FedHD's generalised cross-entropy on synthetic ones).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -182,3 +183,29 @@ class BagTask(base.Task):
         if not isinstance(model, MILModel):
             raise TypeError(f"slide bags need a MIL model, got {type(model).__name__}")
         return evaluate_mil(model.to(self.device), split_bags(split))[0]
+
+    def export_client(
+        self,
+        directory: Path,
+        client_id: str,
+        model: nn.Module,
+        provenance: Mapping[str, Any],
+    ) -> Path:
+        """Write a client's deployed MIL model as ``directory/<client>.fpm``
+        (``kind: mil``, :mod:`fedpath.mil.export`) and return its path: what a run
+        with ``evaluation.protocol: local`` leaves for each client to use at its
+        hospital. ``provenance``: the run's and client's facts
+        (:func:`fedpath.mil.export.export_client_model`). The global model of a
+        MIL run (:meth:`export`, ``model.fpm``) is not exported yet."""
+        from fedpath.mil.export import client_file, export_client_model
+
+        if not isinstance(model, MILModel):
+            raise TypeError(f"slide bags need a MIL model, got {type(model).__name__}")
+        return export_client_model(
+            client_file(directory, client_id),
+            model.cpu(),
+            self.cfg,
+            classes=self.classes,
+            embedding_space=self.embedding_space,
+            provenance={**provenance, "client": client_id},
+        )

@@ -104,6 +104,13 @@ class FedStainParams(AlgorithmParams):
     mixstyle: bool = True
     mixstyle_mode: Literal["sound", "paper"] = "sound"
     mixstyle_alpha: Annotated[float, Gt(0)] = 0.1
+    # Where Level-2 MixStyle acts: on the pixels of the AugMix views (Alg. 2, the
+    # default) or on the encoder's intermediate feature statistics (Sec. III-D2),
+    # after the stages in mixstyle_layers (default [0, 1]; range per backbone in
+    # docs/fedstain.md), mixed with the same images' RandStain versions' feature
+    # statistics, in training only. Nothing new leaves the client.
+    mixstyle_level: Literal["pixels", "features"] = "pixels"
+    mixstyle_layers: list[int] | None = None
     alpha: Annotated[float, Ge(0)] = 0.1  # weight of L_RA (grid-searched in the paper)
     beta: Annotated[float, Ge(0)] = 0.1  # weight of L_JS
     temperature: Annotated[float, Gt(0)] = 0.1  # Sec. V-B
@@ -144,6 +151,67 @@ class FedStainParams(AlgorithmParams):
             "would leave every image unchanged)",
             self.higher_order,
         )
+
+        self._validate_mixstyle_level()
+
+    def _validate_mixstyle_level(self) -> None:
+        """``mixstyle_layers`` only with feature-level MixStyle, and what that
+        level needs (the backbone's stage count is checked when the model is
+        built: :func:`fedpath.algorithms.fedstain.check_mixstyle_layers`)."""
+        features = self.mixstyle_level == "features"
+        require(
+            self.mixstyle_layers is None or features,
+            "mixstyle_layers",
+            "null (unset) when mixstyle_level is 'pixels'; set "
+            "mixstyle_level: features to mix feature statistics after those stages",
+            self.mixstyle_layers,
+        )
+        if not features:
+            return
+        layers = self.mixstyle_layers
+        require(
+            layers is None
+            or (
+                len(layers) > 0
+                and all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                    for i in layers
+                )
+                and len(set(layers)) == len(layers)
+            ),
+            "mixstyle_layers",
+            "a non-empty list of distinct encoder stage indices >= 0",
+            layers,
+        )
+        require(
+            self.mixstyle,
+            "mixstyle",
+            "true when mixstyle_level is 'features' (mixstyle: false turns "
+            "MixStyle off at either level)",
+            self.mixstyle,
+        )
+        require(
+            self.randstain,
+            "randstain",
+            "true when mixstyle_level is 'features': the RandStain versions carry "
+            "the other sites' stains whose feature statistics are mixed in",
+            self.randstain,
+        )
+        require(
+            self.mixstyle_mode == "sound",
+            "mixstyle_mode",
+            "'sound' when mixstyle_level is 'features' (the literal Algorithm 1 "
+            "reading is a pixel-level reproduction option)",
+            self.mixstyle_mode,
+        )
+
+    def feature_layers(self) -> tuple[int, ...]:
+        """The encoder stages after which feature statistics are mixed: none at
+        pixel level, ``mixstyle_layers`` (default ``(0, 1)``, Zhou et al.'s
+        after-the-first-two-stages) at feature level."""
+        if self.mixstyle_level != "features":
+            return ()
+        return tuple(self.mixstyle_layers) if self.mixstyle_layers else (0, 1)
 
     def stat_layout(self) -> dict[str, tuple[int, int]]:
         """name -> (channels, statistics) of what a client uploads: one array named

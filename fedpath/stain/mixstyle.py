@@ -7,6 +7,10 @@ Two entry points:
   entry of the pool received from the other clients.
 * :func:`mixstyle_features` -- the original in-network MixStyle of Zhou et al.
   (ICLR 2021) on feature maps, with an optional higher-order variant.
+* :func:`mix_feature_statistics` -- feature-map MixStyle toward given partner
+  rows, for any statistic kind: FedStain's ``mixstyle_level="features"`` mixes
+  each augmented view's feature statistics with those of the same image's
+  RandStain version (other sites' stains, from the exchanged pixel statistics).
 
 Paper inconsistency
 -------------------
@@ -39,7 +43,7 @@ from fedpath.stain.moments import (
 from fedpath.stain.randstain import StatPool
 from fedpath.stain.shape import ACCURATE_FIT, ShapeFit, match_shape, restyle
 
-__all__ = ["mixstyle", "mixstyle_features"]
+__all__ = ["mix_feature_statistics", "mixstyle", "mixstyle_features"]
 
 MixMode = Literal["sound", "paper"]
 #: mixstyle_features' default budget: 4 iterations, the rest as ACCURATE_FIT
@@ -231,3 +235,78 @@ def mixstyle_features(
     mu_mix = lam * mu + (1 - lam) * mu[perm]
     sig_mix = lam * sig + (1 - lam) * sig[perm]
     return normed * sig_mix + mu_mix
+
+
+def mix_feature_statistics(
+    f: Tensor,
+    partner: Tensor,
+    lam: Tensor,
+    kind: StatKind = "moments",
+    shape_fit: ShapeFit = FEATURE_FIT,
+) -> Tensor:
+    """Feature-map MixStyle of ``f`` toward the statistics of ``partner``'s rows.
+
+    Per row ``i`` and channel: ``mixed = lam[i] * own + (1 - lam[i]) * partner_i``
+    for the statistics of ``kind`` (:func:`~fedpath.stain.moments.image_statistics`
+    over the spatial positions of the map), then
+    :func:`~fedpath.stain.shape.restyle` moves row ``i`` from ``own`` to
+    ``mixed`` (``"moments"``: standardize, reshape to the mixed skewness and
+    excess kurtosis, rescale to the mixed mean and std; ``"mean_std"``: Zhou et
+    al.'s affine MixStyle). ``lam`` weights the row's own style, as in
+    :func:`mixstyle`. Unlike :func:`mixstyle_features`, which mixes with a random
+    permutation of the batch, the partners are given: FedStain passes the
+    feature maps of the same images' RandStain versions, so what is mixed in is
+    the feature-space style of another site's stain (see ``docs/fedstain.md``).
+
+    The mixed statistics are computed on detached maps (as MixStyle detaches
+    them): gradients flow to ``f`` through the restyling map (for
+    ``skew_kurt`` and ``quantile_cv``, :func:`restyle` also re-reads ``f``'s own
+    mean and std, with their gradients), never to ``partner``. Rows
+    whose ``lam`` is within 1e-3 of 1 keep their style and are returned
+    unchanged, as in :func:`mixstyle`.
+
+    Parameters
+    ----------
+    f : Tensor
+        ``(B, C, H, W)`` floating feature maps to restyle.
+    partner : Tensor
+        ``(B, C, H', W')`` feature maps whose statistics row ``i`` mixes in
+        (same channels; the spatial size may differ).
+    lam : Tensor
+        ``(B,)`` mixing weights in ``[0, 1]`` (FedStain: ``Beta(alpha, alpha)``).
+    kind : str
+        Statistic kind mixed and applied (FedStain: its ``statistics``).
+    shape_fit : ShapeFit
+        Budget of :func:`match_shape` for the shape kinds.
+
+    Returns
+    -------
+    Tensor
+        A new tensor of ``f``'s shape and dtype (``f`` itself when no row is
+        mixed).
+    """
+    kind = check_kind(kind)
+    if f.ndim != 4 or not f.is_floating_point():
+        raise ValueError(
+            f"f must be a floating (B, C, H, W) tensor, got {tuple(f.shape)}"
+        )
+    if partner.ndim != 4 or partner.shape[:2] != f.shape[:2]:
+        raise ValueError(
+            f"partner must have shape ({f.shape[0]}, {f.shape[1]}, H, W) like f, "
+            f"got {tuple(partner.shape)}"
+        )
+    if tuple(lam.shape) != (f.shape[0],):
+        raise ValueError(f"lam must have shape ({f.shape[0]},), got {tuple(lam.shape)}")
+    active = (lam < 1.0 - 1e-3).to(f.device)
+    if not bool(active.any()):
+        return f
+    fa = f[active]
+    own = image_statistics(fa.detach(), kind)
+    other = image_statistics(partner[active].detach(), kind).to(own.dtype)
+    lam3 = lam.to(device=f.device, dtype=own.dtype)[active][:, None, None]
+    mixed = lam3 * own + (1.0 - lam3) * other
+    styled = restyle(fa, own, mixed, kind, shape_fit=shape_fit).to(f.dtype)
+    if bool(active.all()):
+        return styled
+    # index_put keeps autograd through both the kept rows and the restyled ones
+    return f.index_put((active.nonzero()[:, 0],), styled)

@@ -13,10 +13,12 @@ module is the small, CPU-sized version of that branch:
   until it covers ``H`` (FastGAN's blocks use BatchNorm and GLU; GroupNorm keeps
   the output independent of the batch); a final 3x3 conv and a sigmoid give RGB
   (resized with area interpolation when ``H`` is not ``4 * 2^k``).
-- :func:`train_decoder`: reconstruction only, ``L_rec = |g(z) - x|_1 +
-  |g(z) - x|_2^2`` (per-pixel means), Adam, deterministic in ``seed``. There is
-  no discriminator: the paper's ``L_GAN`` term sharpens textures, and leaving it
-  out (a documented simplification) gives blurrier, mean-like pseudo-patches.
+- :func:`train_decoder`: by default reconstruction only, ``L_rec = |g(z) - x|_1 +
+  |g(z) - x|_2^2`` (per-pixel means), Adam, deterministic in ``seed``; that gives
+  blurred, mean-like pseudo-patches. With ``adversarial=AdversarialOptions(...)``
+  it trains the paper's ``L_GAN + lambda_rec * L_rec`` against a small
+  spectrally normalised hinge-loss discriminator (:mod:`fedpath.mil.decoder_gan`,
+  a CPU-sized reduction of FastGAN's), which sharpens textures.
 - :func:`render` and :func:`save_grid`: uint8 pseudo-patches and a PNG with the
   rows "real patches", "decoded real embeddings", "decoded synthetic-slide tokens".
 
@@ -30,10 +32,14 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from fedpath.mil.decoder_gan import AdversarialOptions
 
 #: Side of the first feature map of the generator.
 BASE = 4
@@ -164,6 +170,7 @@ def train_decoder(
     on_epoch: EpochCallback | None = None,
     *,
     width: int = 64,
+    adversarial: AdversarialOptions | None = None,
 ) -> tuple[PatchDecoder, list[float]]:
     """Train a :class:`PatchDecoder` on one client's (embedding, patch) pairs.
 
@@ -181,13 +188,20 @@ def train_decoder(
         ``on_epoch(done, total, mean_loss)`` after every epoch (progress bars).
     width : int
         Channels of the decoder's first feature map.
+    adversarial : AdversarialOptions, optional
+        Add FedHD's ``L_GAN``: per batch, one step of a
+        :class:`~fedpath.mil.decoder_gan.PatchDiscriminator` (initialised from
+        ``seed + 1``, its augmentation drawn from ``seed + 2``), then one step of
+        the decoder on ``L_G + lambda_rec * L_rec``. ``None`` (default): the
+        reconstruction-only loop, unchanged (same weights for the same seed).
 
     Returns
     -------
     decoder : PatchDecoder
         In eval mode, on the CPU.
     history : list of float
-        Mean ``L_rec`` (FedHD's reconstruction term, no ``L_GAN``) per epoch.
+        Mean ``L_rec`` per epoch (the unweighted reconstruction term, also with
+        ``adversarial``, so that runs compare).
 
     Raises
     ------
@@ -220,6 +234,7 @@ def train_decoder(
         opt, lambda t: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t / steps))
     )
     gen = torch.Generator().manual_seed(seed)
+    gan = None if adversarial is None else _Adversary(adversarial, x8.shape[2], seed)
     history: list[float] = []
     decoder.train()
     for epoch in range(epochs):
@@ -227,16 +242,49 @@ def train_decoder(
         total = 0.0
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
-            loss = reconstruction_loss(decoder(z[idx]), target[idx])
+            if gan is None:
+                loss = rec = reconstruction_loss(decoder(z[idx]), target[idx])
+            else:
+                loss, rec = gan.losses(decoder(z[idx]), target[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             sched.step()
-            total += float(loss.detach()) * len(idx)
+            total += float(rec.detach()) * len(idx)
         history.append(total / n)
         if on_epoch is not None:
             on_epoch(epoch + 1, epochs, history[-1])
     return decoder.eval(), history
+
+
+class _Adversary:
+    """The discriminator side of :func:`train_decoder` with ``adversarial``."""
+
+    def __init__(self, opts: AdversarialOptions, image_size: int, seed: int) -> None:
+        from fedpath.mil import decoder_gan
+
+        self.gan = decoder_gan
+        self.opts = opts
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            self.disc = decoder_gan.PatchDiscriminator(
+                image_size, opts.d_width, opts.d_recon
+            )
+        self.opt = torch.optim.Adam(
+            self.disc.parameters(), lr=opts.d_lr, betas=(0.5, 0.999)
+        )
+        self.gen = torch.Generator().manual_seed(seed + 2)
+
+    def losses(self, fake: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+        """Step the discriminator on ``(real, fake)``; return the generator's
+        ``(L_G + lambda_rec * L_rec, L_rec)``."""
+        self.gan.discriminator_step(
+            self.disc, self.opt, real, fake, self.opts, self.gen
+        )
+        total, _, rec = self.gan.generator_loss(
+            self.disc, fake, real, self.opts, self.gen
+        )
+        return total, rec
 
 
 @torch.no_grad()

@@ -76,6 +76,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--decoder-width", type=int, default=64, help="decoder channels (default 64)"
     )
+    p.add_argument(
+        "--adversarial",
+        action="store_true",
+        help="add FedHD's L_GAN: train the decoder on L_GAN + lambda_rec * L_rec "
+        "against a small spectral-norm hinge-loss discriminator (default: L_rec "
+        "only, as before)",
+    )
+    p.add_argument(
+        "--lambda-rec",
+        type=float,
+        help="weight of L_rec next to L_GAN, >= 0 (default 100; needs --adversarial)",
+    )
+    p.add_argument(
+        "--d-lr",
+        type=float,
+        help="discriminator learning rate, > 0 (default 1e-3; needs --adversarial)",
+    )
     p.add_argument("--columns", type=int, default=8, help="patches per row (default 8)")
     p.add_argument("--seed", type=int, default=0, help="default 0")
     add_quiet(p, "no progress bars or status lines")

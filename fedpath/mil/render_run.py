@@ -19,6 +19,7 @@ from rich.console import Console
 from fedpath.config import ConfigError
 from fedpath.data.base import DataError, Split
 from fedpath.mil.decoder import EpochCallback
+from fedpath.mil.decoder_gan import AdversarialOptions
 from fedpath.utils.cli_args import is_quiet
 
 
@@ -44,9 +45,30 @@ def _check_args(args: argparse.Namespace) -> None:
             f"--out: expected a .png file, got {str(args.out)!r}",
         ),
     ]
+    for name, value in (("--lambda-rec", args.lambda_rec), ("--d-lr", args.d_lr)):
+        if value is not None and not args.adversarial:
+            checks.append((False, f"{name}: only used with --adversarial"))
+    checks += [
+        (
+            args.lambda_rec is None or args.lambda_rec >= 0,
+            f"--lambda-rec: expected a number >= 0, got {args.lambda_rec}",
+        ),
+        (
+            args.d_lr is None or args.d_lr > 0,
+            f"--d-lr: expected a number > 0, got {args.d_lr}",
+        ),
+    ]
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+
+
+def _adversarial(args: argparse.Namespace) -> AdversarialOptions | None:
+    """The decoder's ``L_GAN`` settings of ``--adversarial`` (None: L_rec only)."""
+    if not args.adversarial:
+        return None
+    given = {"lambda_rec": args.lambda_rec, "d_lr": args.d_lr}
+    return AdversarialOptions(**{k: v for k, v in given.items() if v is not None})
 
 
 @contextmanager
@@ -161,10 +183,11 @@ def run(args: argparse.Namespace) -> int:
         f"{syn.num_patches} tokens"
     )
 
+    gan = _adversarial(args)
     with _epoch_bar(quiet, "decoder", args.decoder_epochs) as cb:
         decoder, history = train_decoder(
             emb, patches, args.decoder_epochs, args.decoder_lr, args.seed,
-            on_epoch=cb, width=args.decoder_width,
+            on_epoch=cb, width=args.decoder_width, adversarial=gan,
         )  # fmt: skip
     show = rows[spread(len(rows), args.columns)]
     tok = syn.features[spread(syn.num_patches, args.columns)]
@@ -173,9 +196,10 @@ def run(args: argparse.Namespace) -> int:
         columns=args.columns,
     )  # fmt: skip
     last = f"{history[-1]:.4f}" if history else "untrained"
+    loss = "" if gan is None else f" (L_GAN + {gan.lambda_rec:g} L_rec)"
     console.print(
-        f"decoder: {args.decoder_epochs} epochs on {len(data)} pairs, final L_rec "
-        f"{last}; {time.perf_counter() - t0:.1f} s"
+        f"decoder: {args.decoder_epochs} epochs on {len(data)} pairs{loss}, final "
+        f"L_rec {last}; {time.perf_counter() - t0:.1f} s"
     )
     print(f"wrote {out}")
     return 0

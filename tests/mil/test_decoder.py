@@ -336,8 +336,11 @@ def test_cli_adversarial_flags_are_validated(tmp_path: Path) -> None:
 
 
 def test_cli_adversarial_writes_png(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.delenv("FEDPATH_QUIET", raising=False)  # CI sets it: no status line
     out = tmp_path / "gan.png"
     args = parse(
         "--out", str(out), "--train-epochs", "1", "--components", "2",

@@ -128,11 +128,10 @@ def _experiment(b: _Builder, exp: Experiment) -> None:
 def _holds_images(exp: Experiment) -> bool:
     """Whether the experiment's data are images (not slide bags or features);
     False, with a note later, where the data cannot be loaded here."""
-    from fedpath.config import build_config
-    from fedpath.runtime.experiment import load_dataset
+    from fedpath.report.samples import run_dataset
 
     try:
-        ds = load_dataset(build_config(exp.runs[0].config).data)
+        ds = run_dataset(exp.runs[0])
     except Exception:  # the figures say why, one by one
         return True
     return bool(ds.kind == "images")
@@ -327,16 +326,15 @@ def _fedad(b: _Builder, exp: Experiment) -> None:
 
 
 def _data_figures(b: _Builder, exp: Experiment) -> None:
-    from fedpath.config import build_config
-    from fedpath.runtime.experiment import load_dataset
+    from fedpath.report.samples import run_dataset
 
     def stain() -> bytes:
         from fedpath.stain.analysis import analyse, stain_figure
 
-        cfg = build_config(exp.runs[0].config)
-        ds = load_dataset(cfg.data)
+        ds = run_dataset(exp.runs[0])
         rows, samples = analyse(ds, "gray", images=min(200, 4 * b.per_domain))
-        return stain_figure(rows, samples, f"{cfg.data.name}: gray intensity", "gray")
+        name = exp.runs[0].config["data"]["name"]
+        return stain_figure(rows, samples, f"{name}: gray intensity", "gray")
 
     b.figure(
         "stain", "stain statistics of the data, per domain (FedStain Fig. 3)", stain
@@ -385,23 +383,22 @@ def _model_figures(b: _Builder, exp: Experiment) -> None:
             cache[str(run.path)] = load_model(run.model_file)
         return cache[str(run.path)]
 
+    images: dict[str, Any] = {}
+
+    def samples(run: Run) -> Any:  # the same images for t-SNE and Grad-CAM
+        if str(run.path) not in images:
+            images[str(run.path)] = run_samples(run, b.per_domain, b.seed)
+        return images[str(run.path)]
+
     b.figure(
         "tsne",
         f"t-SNE of the encoder's embeddings ({where}; x: the unseen domain)",
-        lambda: plot_tsne(
-            [
-                embed(m, loaded(r), run_samples(r, b.per_domain, b.seed), b.seed)
-                for m, r in picked
-            ]
-        ),
+        lambda: plot_tsne([embed(m, loaded(r), samples(r), b.seed) for m, r in picked]),
     )
     b.figure(
         "gradcam",
         f"Grad-CAM on unseen-domain patches ({where}; green: right, red: wrong)",
         lambda: plot_gradcam(
-            [
-                cam_panel(m, loaded(r), run_samples(r, b.per_domain, b.seed), 3, b.seed)
-                for m, r in picked
-            ]
+            [cam_panel(m, loaded(r), samples(r), 3, b.seed) for m, r in picked]
         ),
     )

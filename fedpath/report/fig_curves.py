@@ -17,21 +17,11 @@ from typing import Any
 import numpy as np
 
 from fedpath.report.runs import Run
+from fedpath.ssl.plots import NOT_COMPONENTS as SSL_NOT_COMPONENTS
 
-#: ``fit/*`` keys that are not loss components
-NOT_COMPONENTS = {
-    "fit/loss",
-    "fit/num_examples",
-    "fit/lr",
-    "fit/delta",
-    "fit/lambda",
-    "fit/lambda_next",
-    "fit/lambda_target",
-    "fit/delta_ref",
-    "fit/delta_norm",
-    "fit/bank_entries",
-    "fit/epsilon",
-}
+#: ``fit/*`` keys that are not loss components: plot-ssl's (ATSA's trace and
+#: counters), the learning rate and DP's epsilon
+NOT_COMPONENTS = SSL_NOT_COMPONENTS | {"fit/lr", "fit/epsilon"}
 Series = dict[str, dict[str, list[tuple[int, float]]]]  # method -> curve -> points
 
 

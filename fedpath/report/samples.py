@@ -29,11 +29,10 @@ class Samples:
 _DATASETS: dict[str, Any] = {}
 
 
-def run_samples(run: Run, per_domain: int, seed: int) -> Samples:
-    """Up to ``per_domain`` images of each domain of ``run``'s fold (raises the
-    dataset's own error when its data is not on this machine)."""
+def run_dataset(run: Run) -> Any:
+    """The dataset of ``run``'s ``config.yaml``, loaded once for every figure of
+    an experiment (raises the dataset's own error when its data is not here)."""
     from fedpath.config import build_config
-    from fedpath.data.partition import lodo_plan
     from fedpath.runtime.experiment import load_dataset
 
     cfg = build_config(run.config)
@@ -41,7 +40,17 @@ def run_samples(run: Run, per_domain: int, seed: int) -> Samples:
     if key not in _DATASETS:
         _DATASETS.clear()  # one dataset at a time: they can be large
         _DATASETS[key] = load_dataset(cfg.data)
-    ds = _DATASETS[key]
+    return _DATASETS[key]
+
+
+def run_samples(run: Run, per_domain: int, seed: int) -> Samples:
+    """Up to ``per_domain`` images of each domain of ``run``'s fold (raises the
+    dataset's own error when its data is not on this machine)."""
+    from fedpath.config import build_config
+    from fedpath.data.partition import lodo_plan
+
+    cfg = build_config(run.config)
+    ds = run_dataset(run)
     fold = next(f for f in lodo_plan(ds, [run.target]) if f.target == run.target)
     rng = np.random.default_rng(seed)
     parts = []

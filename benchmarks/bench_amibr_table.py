@@ -45,14 +45,23 @@ def _final(run_dir: Path) -> dict | None:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
-def _target(rec: dict, select: str) -> dict:
-    """The unseen scanner's metrics of the last or the source-selected round."""
+def _target(rec: dict, select: str, adapted: bool = False) -> dict:
+    """The unseen scanner's metrics of the last or the source-selected round
+    (``adapted``: with BatchNorm statistics re-estimated on its unlabelled
+    images, ``evaluation.adapt_bn``)."""
     ev = rec["evaluation"]
-    if select == "last":
+    if select == "selected":
+        if "selected" not in ev:
+            raise SystemExit("--select selected: run without partition.validation")
+        ev = ev["selected"]
+    if not adapted:
         return dict(ev["target"])
-    if "selected" not in ev:
-        raise SystemExit("--select selected: run without partition.validation")
-    return dict(ev["selected"]["target"])
+    if "adapted" not in ev:
+        raise SystemExit(
+            "--adapted: a run without evaluation.adapt_bn=true (measure finished "
+            "runs with benchmarks/bench_test_time.py)"
+        )
+    return dict(ev["adapted"]["target"])
 
 
 def _run(argv: list[str]) -> float:
@@ -135,6 +144,12 @@ def main() -> None:
         help="the last round, or the round chosen on the sources' validation split",
     )
     ap.add_argument(
+        "--adapted",
+        action="store_true",
+        help="tabulate the models adapted to the unseen scanner's unlabelled "
+        "images (evaluation.adapt_bn, on in configs/amibr/)",
+    )
+    ap.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -186,7 +201,7 @@ def main() -> None:
                             )
                         rec = _final(rd)
                         assert rec is not None
-                        per.append(_target(rec, args.select))
+                        per.append(_target(rec, args.select, args.adapted))
                     scores[("local", fold, seed)] = {
                         k: float(np.mean([p[k] for p in per])) for k in METRICS
                     }
@@ -198,11 +213,13 @@ def main() -> None:
                     )
                 rec = _final(rd)
                 assert rec is not None
-                target = _target(rec, args.select)
+                target = _target(rec, args.select, args.adapted)
                 scores[(m, fold, seed)] = {k: float(target[k]) for k in METRICS}
+    adapted = " (BatchNorm adapted to it)" if args.adapted else ""
     for metric in METRICS:
         print(
-            f"\n{metric} (%) at the unseen scanner, {args.backbone}, mean ± std "
+            f"\n{metric} (%) at the unseen scanner{adapted}, {args.backbone}, "
+            f"mean ± std "
             f"over seeds {args.seeds}\n"
         )
         print("| Method | " + " | ".join(args.folds) + " | Avg |")

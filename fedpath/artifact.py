@@ -106,6 +106,11 @@ class ModelMeta:
     #: test-time augmentation at prediction (``evaluation.tta`` of the run):
     #: ``dihedral`` averages the softmax over the 8 flips and turns
     tta: str = "none"
+    #: BatchNorm statistics re-estimated on a site's unlabelled images by
+    #: ``fedpath adapt-bn`` (:mod:`fedpath.tasks.adapt`): ``images`` (how many),
+    #: ``folder`` (its name), ``from_sha256`` (the file adapted), ``when``;
+    #: {}: the federation's own statistics
+    adapted_bn: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_classes(self) -> int:

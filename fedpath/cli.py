@@ -233,6 +233,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(pr)
 
+    ad = sub.add_parser(
+        "adapt-bn",
+        help="adapt an exported model's BatchNorm statistics to a site's unlabelled "
+        "images (AdaBN), writing a new model file",
+        description="Re-estimates every BatchNorm layer's running mean and variance "
+        "on the images under IMAGES (any folder layout, searched recursively; no "
+        "label is read, no weight is trained) and writes the adapted model to --out. "
+        "A scanner or stain protocol the federation never saw shifts the "
+        "activations; re-estimating the statistics on the site's own images undoes "
+        "much of that shift. The new file records how many images it was adapted "
+        "on (adapted_bn); use it with `fedpath evaluate` / `fedpath predict` like "
+        "any model file. Use a few hundred images or more, of the kind the model "
+        "will see.",
+    )
+    ad.add_argument("model", type=Path, help="an image model file (model.fpm)")
+    ad.add_argument(
+        "images", type=Path, help="a folder of the site's images (recursive)"
+    )
+    ad.add_argument("--out", type=Path, required=True, help="the adapted model file")
+    ad.add_argument("--batch-size", type=int, default=64)
+    ad.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip (and count) unreadable images instead of failing",
+    )
+    common(ad)
+
     lst = sub.add_parser(
         "list",
         help="list the datasets, backbones, MIL models and algorithms, one line each",
@@ -415,6 +442,7 @@ def _dispatch(args: argparse.Namespace, quiet: bool) -> int:
         "stain-report": lambda: commands._cmd_stain_report(args),
         "evaluate": lambda: commands._cmd_evaluate(args, quiet),
         "predict": lambda: commands._cmd_predict(args, quiet),
+        "adapt-bn": lambda: commands._cmd_adapt_bn(args, quiet),
         "data": lambda: commands._cmd_data(args),
     }
     if args.command in handlers:

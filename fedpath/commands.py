@@ -521,6 +521,49 @@ def _cmd_predict(args: argparse.Namespace, quiet: bool) -> int:
     return 0
 
 
+def _cmd_adapt_bn(args: argparse.Namespace, quiet: bool) -> int:
+    from contextlib import ExitStack
+
+    from fedpath.artifact import load_model
+    from fedpath.inference import adapt_model_file
+    from fedpath.utils.progress import JobProgress, job_progress
+
+    if args.batch_size < 2:
+        raise ConfigError(
+            f"--batch-size: expected 2 or more (a batch's variance), got "
+            f"{args.batch_size}"
+        )
+    model = load_model(args.model)
+    with ExitStack() as stack:
+        job: list[JobProgress] = []
+        seen = [0]
+
+        def step(done: int, total: int) -> None:
+            if not job:
+                bar = job_progress("adapt-bn", "images", total, quiet)
+                job.append(stack.enter_context(bar))
+            job[0].advance(done - seen[0])
+            seen[0] = done
+
+        info = adapt_model_file(
+            model, args.images, args.out, args.batch_size, args.skip_bad, step
+        )
+    _console(quiet).print(
+        f"wrote {args.out}: BatchNorm statistics of {args.model} re-estimated on "
+        f"{info['images']} images under {args.images}",
+        highlight=False,
+        markup=False,
+    )
+    if info["skipped"]:
+        Console(stderr=True).print(
+            f"skipped {len(info['skipped'])} unreadable images: "
+            f"{', '.join(info['skipped'][:5])}",
+            highlight=False,
+            markup=False,
+        )
+    return 0
+
+
 def _cmd_data(args: argparse.Namespace) -> int:
     from rich.table import Table
 

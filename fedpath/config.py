@@ -131,6 +131,19 @@ class ExperimentConfig(Checked):
             self.evaluation.tta,
         )
         require(
+            not self.evaluation.adapt_bn or self.evaluation.protocol == "classifier",
+            "evaluation.adapt_bn",
+            "false unless evaluation.protocol is 'classifier' (the global model's "
+            "BatchNorm statistics are re-estimated on the held-out domain)",
+            self.evaluation.adapt_bn,
+        )
+        require(
+            not self.evaluation.adapt_bn or self.lodo.targets != "none",
+            "evaluation.adapt_bn",
+            "false when lodo.targets is 'none' (no held-out domain to adapt to)",
+            self.evaluation.adapt_bn,
+        )
+        require(
             validating or self.evaluation.target_sensitivity is None,
             "evaluation.target_sensitivity",
             "null unless partition.validation > 0 (the threshold is chosen on the "

@@ -210,6 +210,16 @@ class EvalConfig(Checked):
     turns of each image (tissue has no up; 8x the evaluation cost); with
     ``train.cache_features`` it averages over the 8 cached views, which needs
     ``train.augment: dihedral``.
+
+    ``adapt_bn``: also report the model with its BatchNorm statistics
+    re-estimated on the unseen domain's *unlabelled* images (AdaBN,
+    :mod:`fedpath.tasks.adapt`; labels are never read, nothing is trained or
+    chosen): ``evaluation.adapted`` beside ``evaluation.target`` in
+    ``final.json`` (and in ``selected``). With ``lodo.eval_split: test`` the
+    statistics come from the target's train split, disjoint from the images
+    scored; with ``all`` from the scored images themselves (transductive, as a
+    hospital adapting on the images it then classifies). ``model.fpm`` keeps the
+    federation's statistics; a hospital adapts its copy with ``fedpath adapt-bn``.
     """
 
     config_section = "evaluation"
@@ -234,6 +244,7 @@ class EvalConfig(Checked):
     ] = "balanced_accuracy"
     target_sensitivity: Annotated[float | None, Range(0, 1, lo_open=True)] = None
     tta: Literal["none", "dihedral"] = "none"
+    adapt_bn: bool = False
 
 
 def _is_device(name: str) -> bool:

@@ -30,7 +30,7 @@ import copy
 import csv
 import io
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -640,30 +640,25 @@ def evaluate(
     return out
 
 
-def predict_files(
+def _image_batches(
     model: LoadedModel,
     target: Path,
-    out: Path,
-    batch_size: int = 64,
-    skip_bad: bool = False,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Write ``out`` (CSV: path, predicted, prob_<class>...) for every image:
-    ``predicted`` by the model's operating point when it has one, else the argmax;
-    the (temperature-scaled) probabilities."""
-    files = (
-        [target]
-        if target.is_file()
-        else (image_files(target, recursive=True) if target.is_dir() else [])
-    )
+    batch_size: int,
+    skip_bad: bool,
+    skipped: list[str],
+    progress: Progress | None,
+) -> Iterator[tuple[list[str], torch.Tensor]]:
+    """Every image file of ``target`` (a file, or a folder searched
+    recursively), ``batch_size`` at a time, as (paths, uint8 (B, 3, S, S)) at
+    the model's input size; unreadable files fail, or are appended to
+    ``skipped`` with ``skip_bad``."""
     if not target.exists():
         raise DataError(f"{str(target)!r} does not exist")
+    files = [target] if target.is_file() else image_files(target, recursive=True)
     if not files:
         raise DataError(
             f"no images ({', '.join(IMAGE_SUFFIXES)}) under {str(target)!r}"
         )
-    rows: list[list[str]] = []
-    skipped: list[str] = []
     for start in range(0, len(files), batch_size):
         batch, names = [], []
         for f in files[start : start + batch_size]:
@@ -677,12 +672,76 @@ def predict_files(
                     ) from None
                 skipped.append(str(f))
         if batch:
-            probs = model.predict_proba(torch.from_numpy(np.stack(batch)))
-            decided = model.decide(probs)
-            for name, p, c in zip(names, probs, decided, strict=True):
-                rows.append([name, model.class_names[c], *(f"{v:.6f}" for v in p)])
+            yield names, torch.from_numpy(np.stack(batch))
         if progress is not None:
             progress(min(start + batch_size, len(files)), len(files))
+
+
+def adapt_model_file(
+    model: LoadedModel,
+    images: Path,
+    out: Path,
+    batch_size: int = 64,
+    skip_bad: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write ``out``: ``model`` with its BatchNorm statistics re-estimated on the
+    unlabelled images under ``images`` (AdaBN, :mod:`fedpath.tasks.adapt`; any
+    folder layout, labels are never read), recorded in the file's
+    ``adapted_bn``. Every other weight, the temperature, the threshold and the
+    test-time augmentation stay as they were."""
+    import hashlib
+    import time
+
+    from fedpath.artifact import save_model
+    from fedpath.tasks.adapt import adapt_batchnorm
+
+    if model.path is not None and out.resolve() == model.path.resolve():
+        raise DataError(
+            f"--out {str(out)!r} is the model file itself; write the adapted "
+            "model to a new file (the federation's model stays as it is)"
+        )
+    net = copy.deepcopy(model.model)
+    skipped: list[str] = []
+    batches = _image_batches(model, images, batch_size, skip_bad, skipped, progress)
+    try:
+        n = adapt_batchnorm(net, (model.to_tensor(x) for _, x in batches))
+    except ValueError as err:
+        raise DataError(f"model file {str(model.path)!r}: {err}") from None
+    source = hashlib.sha256(model.path.read_bytes()).hexdigest() if model.path else ""
+    meta = replace(
+        model.meta,
+        adapted_bn={
+            "images": n,
+            "folder": images.resolve().name,
+            "from_sha256": source,
+            "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    )
+    save_model(out, net, meta)
+    return {"images": n, "skipped": skipped}
+
+
+def predict_files(
+    model: LoadedModel,
+    target: Path,
+    out: Path,
+    batch_size: int = 64,
+    skip_bad: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write ``out`` (CSV: path, predicted, prob_<class>...) for every image:
+    ``predicted`` by the model's operating point when it has one, else the argmax;
+    the (temperature-scaled) probabilities."""
+    rows: list[list[str]] = []
+    skipped: list[str] = []
+    for names, batch in _image_batches(
+        model, target, batch_size, skip_bad, skipped, progress
+    ):
+        probs = model.predict_proba(batch)
+        decided = model.decide(probs)
+        for name, p, c in zip(names, probs, decided, strict=True):
+            rows.append([name, model.class_names[c], *(f"{v:.6f}" for v in p)])
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["path", "predicted", *(f"prob_{c}" for c in model.class_names)])

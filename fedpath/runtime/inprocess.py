@@ -12,6 +12,7 @@ clients never means 100 live models; what a client keeps lives in its small
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -196,6 +197,8 @@ class InProcessRun:
                 final = final | self.selector.final(
                     self.task, model, load, last, target
                 )
+            if self.cfg.evaluation.adapt_bn and last is not None:
+                final = self._adapted(final, last)
             record = {
                 **self.labels(),
                 "round": rounds,
@@ -419,6 +422,30 @@ class InProcessRun:
             out[cid] = self.client_half(cid, rnd).evaluate(
                 self.server.evaluate_payload(cid), self.states[cid]
             )
+        return out
+
+    def _adapted(self, final: dict[str, Any], last: ArrayDict) -> dict[str, Any]:
+        """``evaluation.adapt_bn``: the target metrics of the last (and of the
+        selected) weights with BatchNorm statistics re-estimated on the target's
+        unlabelled images (:mod:`fedpath.tasks.adapt`), as ``adapted`` blocks."""
+        from fedpath.tasks.adapt import adaptation_split
+
+        t = self.fold.target
+        target = self.eval_splits[("target", t)]
+        images, on = adaptation_split(self.dataset, t, self.cfg.lodo.eval_split)
+
+        def block(weights: ArrayDict) -> dict[str, Any]:
+            self._load_eval_weights(weights)
+            model = copy.deepcopy(self.eval_model)
+            n = self.task.adapt(model, images)
+            return {"on": on, "n": n, "target": self.task.evaluate(model, target)}
+
+        out = {**final, "adapted": block(last)}
+        if self.selector is not None and self.selector.best is not None:
+            selected = dict(out.get("selected", {}))
+            selected["adapted"] = block(self.selector.best.weights)
+            out["selected"] = selected
+        self._load_eval_weights(last)
         return out
 
     def _load_eval_weights(self, weights: ArrayDict) -> None:

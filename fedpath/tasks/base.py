@@ -157,6 +157,14 @@ class Task(ABC):
         metrics["n"] = len(split)
         return metrics
 
+    def adapt(self, model: nn.Module, split: Split) -> int:
+        """Re-estimate ``model``'s BatchNorm statistics on ``split``'s unlabelled
+        inputs in place (:mod:`fedpath.tasks.adapt`); returns how many it saw."""
+        raise ConfigError(
+            f"config key 'evaluation.adapt_bn': dataset {self.dataset_name!r} "
+            f"holds {self.kind}; BatchNorm adaptation is for image models only"
+        )
+
     def encode(self, model: nn.Module, split: Split) -> np.ndarray:
         """Encoder features (N, F) for the linear probe."""
         raise ConfigError(

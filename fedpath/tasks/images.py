@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpath.config import ExperimentConfig, TrainConfig
+from fedpath.config import ConfigError, ExperimentConfig, TrainConfig
 from fedpath.data.base import DomainDataset, Split
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params
@@ -210,6 +210,14 @@ class ImageTask(Task):
     def predict(self, model: nn.Module, split: Split) -> np.ndarray:
         bs, tta = self.train.eval_batch_size, self.cfg.evaluation.tta
         return predict_probs(model, split, bs, self.device, tta).double().numpy()
+
+    def adapt(self, model: nn.Module, split: Split) -> int:
+        from fedpath.tasks.adapt import adapt_on_split
+
+        try:
+            return adapt_on_split(model, split, self.train.eval_batch_size, self.device)
+        except ValueError as err:
+            raise ConfigError(f"config key 'evaluation.adapt_bn': {err}") from None
 
     def encode(self, model: nn.Module, split: Split) -> np.ndarray:
         return encode_images(model, split, self.train.eval_batch_size, self.device)

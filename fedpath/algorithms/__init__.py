@@ -1,15 +1,19 @@
 """Federated algorithms, one per file, each a client half plus a server half."""
 
 from fedpath.algorithms import (  # noqa: F401  (registration)
+    desa,
     dp_fedavg,
     fedalign,
     fedavg,
     fedavg_mil,
     fedbn,
     fedccrl,
+    feddgm,
     fedhd,
+    fedhe,
     fedprox,
     fedstain,
+    histofs,
     local_mil,
     pooled_mil,
     strap,

@@ -82,6 +82,21 @@ DP_OPTIONS: tuple[Option, ...] = (
 DP_REQUIRED = (NC_DP_CLIP, NC_DP_EPSILON, NC_DP_DELTA)
 
 
+#: ``fedpath flower run`` options for SecAgg+: option name = run-config key.
+SECAGG_OPTIONS: tuple[Option, ...] = (
+    ("secagg-num-shares", float, "share of the clients holding shares (1.0)"),
+    (
+        "secagg-reconstruction-threshold",
+        float,
+        "share of the shares that rebuild a secret (0.67)",
+    ),
+    ("secagg-clipping-range", float, "entries must lie in [-C, C] (8.0)"),
+    ("secagg-quantization-range", int, "integers per entry, Q (2**22)"),
+    ("secagg-modulus-range", int, "modulus of the masked sum, M (2**32)"),
+    ("secagg-max-weight", float, "largest example count (0: the largest client)"),
+)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``fedpath flower`` and its subcommands to ``sub``."""
     flower = sub.add_parser(
@@ -231,6 +246,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with the key registered for the client id it claims; default: ids are "
         "self-declared)",
     )
+    sec = run.add_argument_group(
+        "secure aggregation (Flower's SecAgg+ on the fit stage; docs/flower.md)"
+    )
+    sec.add_argument(
+        "--secure-aggregation",
+        choices=["none", "secaggplus"],
+        default="none",
+        help="secaggplus: the coordinator sees only the sum of the masked, "
+        "quantized uploads (weight-averaging algorithms)",
+    )
+    for key, kind, text in SECAGG_OPTIONS:
+        sec.add_argument(f"--{key}", type=kind, help=text)
     run.add_argument("--app", type=Path, help="Flower app folder (default: written)")
     run.add_argument("--stream", action="store_true", help="follow the run's logs")
     run.add_argument("--dry-run", action="store_true", help="print the run config")
@@ -409,6 +436,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         RC_WAIT_NODES: float(args.wait_nodes),
         RC_ON_FAILURE: args.on_failure,
     }
+    if args.secure_aggregation != "none":
+        from fedpath.runtime.secagg import RC_MODE, SecAggSettings, check_algorithm
+
+        values[RC_MODE] = args.secure_aggregation
+        for key, _, _ in SECAGG_OPTIONS:
+            if _option(args, key) is not None:
+                values[key] = _option(args, key)
+        SecAggSettings.from_run_config(values)  # refuse bad values before the run
+        check_algorithm(cfg)
     if args.registry is not None:
         import yaml
 

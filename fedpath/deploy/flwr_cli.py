@@ -57,6 +57,22 @@ reply-timeout = 600.0
 wait-nodes = 120.0
 # "continue": a failed client is left out of the stage; "stop": stop the run
 on-failure = "continue"
+# client id -> public key (YAML) that must sign the node's hello; "": none
+client-registry = ""
+# "secaggplus": the fit stage through Flower's SecAgg+ (docs/flower.md); "none"
+secure-aggregation = "none"
+# SecAgg+: share of the clients (or a count) holding shares of each secret
+secagg-num-shares = 1.0
+# SecAgg+: share of num-shares (or a count) needed to rebuild a secret
+secagg-reconstruction-threshold = 0.67
+# SecAgg+: entries must lie in [-C, C]
+secagg-clipping-range = 8.0
+# SecAgg+: each entry becomes an integer in [0, Q]
+secagg-quantization-range = 4194304
+# SecAgg+: the masked sum is taken modulo M (a power of 2, at most 2**32)
+secagg-modulus-range = 4294967296
+# SecAgg+: largest example count a client may upload (0: the largest client)
+secagg-max-weight = 0.0
 """
 
 

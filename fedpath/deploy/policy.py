@@ -35,6 +35,14 @@ this module does not know (a plugin) counts as non-private. A policy file::
     max_tokens: 1000           # FedHD synthetic tokens per slide
     max_rounds: null           # rounds a run may ask for (null: no cap)
     min_stats_noise: 0.0       # FedStain / FedCCRL stats_noise a run must use
+    require_secure_aggregation: false  # weights leave only masked (SecAgg+)
+
+With ``require_secure_aggregation`` the node serves only runs whose coordinator
+uses SecAgg+ (Flower run config ``secure-aggregation = "secaggplus"``, refused
+at the ``hello`` otherwise), only the algorithms SecAgg+ can carry
+(:data:`fedpath.runtime.secagg.ALGORITHMS`), and answers no stage in the clear
+but the evaluation stage (metrics): a plain ``fit`` message gets an error reply
+(:func:`plain_upload_refusal`, checked by the node's SecAgg+ mod).
 
 This module imports neither PyTorch nor Flower: ``fedpath flower supernode``
 checks and prints the policy before it starts anything.
@@ -122,6 +130,8 @@ class NodePolicy(Checked):
     #: statistics uploads must carry at least this much noise (``stats_noise``
     #: of FedStain / FedCCRL / FedAlign: benchmarks/bench_leakage.py)
     min_stats_noise: Annotated[float, Ge(0)] = 0.0
+    #: weights leave this node only masked by SecAgg+ (module docstring)
+    require_secure_aggregation: bool = False
 
     def serves(self, name: str) -> bool:
         if name in self.allow_non_private:
@@ -139,6 +149,8 @@ class NodePolicy(Checked):
             f"{self.max_statistics}, max_tokens {self.max_tokens}, max_rounds "
             f"{self.max_rounds}, min_stats_noise {self.min_stats_noise:g}"
         )
+        if self.require_secure_aggregation:
+            caps += "; weights leave only masked (require_secure_aggregation)"
         opted = sorted(set(self.allow_non_private))
         text = f"node policy: serves {', '.join(served + extra)}; {caps}"
         if opted:
@@ -270,6 +282,50 @@ def check_run(policy: NodePolicy, cfg: ExperimentConfig) -> None:
             f"({policy.max_rounds})",
             "lower train.rounds or raise the node's max_rounds",
         )
+
+
+def check_secure_aggregation(
+    policy: NodePolicy, cfg: ExperimentConfig, mode: str
+) -> None:
+    """Refuse a run that would upload in the clear from a node whose policy
+    requires secure aggregation (``mode``: the run's ``secure-aggregation``)."""
+    if not policy.require_secure_aggregation:
+        return
+    from fedpath.runtime.secagg import ALGORITHMS, RC_MODE
+
+    name = cfg.algorithm.name
+    if name not in ALGORITHMS:
+        raise _refuse(
+            "require_secure_aggregation",
+            f"algorithm {name!r} uploads {UPLOADS.get(name, 'data')}, which "
+            "secure aggregation cannot carry",
+            f"run one of {', '.join(sorted(ALGORITHMS))}, or lift the node's "
+            "require_secure_aggregation",
+        )
+    if mode != "secaggplus":
+        raise _refuse(
+            "require_secure_aggregation",
+            f"the run sends its weights in the clear (Flower run config "
+            f"{RC_MODE!r} = {mode!r})",
+            "the coordinator starts it with `fedpath flower run --secure-aggregation "
+            "secaggplus`",
+        )
+
+
+def plain_upload_refusal(
+    policy: NodePolicy, stage: str, metrics_stage: str
+) -> PolicyError | None:
+    """The refusal of a stage message outside SecAgg+ (None: it may be
+    answered): with ``require_secure_aggregation`` only ``metrics_stage`` (the
+    evaluation, metrics only) is answered in the clear."""
+    if not policy.require_secure_aggregation or stage == metrics_stage:
+        return None
+    return _refuse(
+        "require_secure_aggregation",
+        f"the coordinator asks for stage {stage!r} in the clear",
+        "the coordinator starts the run with `fedpath flower run "
+        "--secure-aggregation secaggplus`",
+    )
 
 
 def _algorithm_params(cfg: ExperimentConfig) -> Any:

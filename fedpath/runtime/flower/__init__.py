@@ -15,7 +15,9 @@ Flower installed):
 - :mod:`.records`: Payload <-> ``RecordDict``, bit-exact;
 - :mod:`.server_app`: the ``ServerApp`` (coordinator) and :class:`FlowerRun`;
 - :mod:`.nodes`: run settings, which node serves which client, message I/O;
-- :mod:`.client_app`: the ``ClientApp`` (one hospital's node).
+- :mod:`.client_app`: the ``ClientApp`` (one hospital's node);
+- :mod:`.secagg`, :mod:`.secagg_server`: SecAgg+ on the fit stage (Flower's
+  ``secaggplus_mod`` on the node, ``SecAggPlusWorkflow`` at the coordinator).
 
 The names below are the message protocol shared by the two apps.
 """

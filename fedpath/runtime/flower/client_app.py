@@ -38,6 +38,12 @@ through Flower's ``LocalDpMod`` (clip the update, add Gaussian noise). That mod
 handles messages with exactly one ArrayRecord whose keys match the reply's, i.e.
 weight-averaging algorithms without private entries (FedAvg, FedProx); other
 stages and algorithms get an error reply naming the reason.
+
+Secure aggregation: messages of the coordinator's SecAgg+ workflow (run config
+``secure-aggregation = "secaggplus"``) pass through Flower's ``secaggplus_mod``
+(:func:`~fedpath.runtime.flower.secagg.secure_aggregation_mod`), so the ``fit``
+reply leaves the node masked; a node whose policy has
+``require_secure_aggregation`` refuses every other stage but the evaluation.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from fedpath.deploy.policy import (
     UPLOADS,
     check_reply,
     check_run,
+    check_secure_aggregation,
     check_stage,
     node_policy,
 )
@@ -95,6 +102,7 @@ from fedpath.runtime.flower.records import (
     records_to_payload,
     unpack_records,
 )
+from fedpath.runtime.secagg import RC_MODE as RC_SECAGG_MODE
 from fedpath.types import ClientState, Payload
 
 if TYPE_CHECKING:  # torch and the algorithms load only for stage messages
@@ -418,7 +426,10 @@ def hello(msg: Message, context: Context) -> Message:
         # (the run's own config: the node's data options do not change it)
         if context.run_config.get(RC_CONFIG):
             run = experiment_from_run_config(context.run_config)
-            check_run(node_policy(context.node_config), run)
+            policy = node_policy(context.node_config)
+            check_run(policy, run)
+            mode = str(context.run_config.get(RC_SECAGG_MODE) or "none")
+            check_secure_aggregation(policy, run, mode)
     except Exception as err:
         return error_reply(msg, context, err)
     record = ConfigRecord({"client": cid, "protocol": PROTOCOL, "fedpath": __version__})
@@ -434,7 +445,17 @@ def hello(msg: Message, context: Context) -> Message:
     return Message(RecordDict({META: record}), reply_to=msg)
 
 
-@app.train(mods=[local_dp_mod])
+def _secure_aggregation_mod(
+    msg: Message, context: Context, call_next: ClientAppCallable
+) -> Message:
+    # imported at the first stage message: the hello needs none of it
+    from fedpath.runtime.flower.secagg import secure_aggregation_mod
+
+    return secure_aggregation_mod(msg, context, call_next)
+
+
+# SecAgg+ outermost: it masks the reply LocalDpMod has noised
+@app.train(mods=[_secure_aggregation_mod, local_dp_mod])
 def train(msg: Message, context: Context) -> Message:
     """Answer one stage of a round (every stage arrives as a ``train`` message)."""
     try:

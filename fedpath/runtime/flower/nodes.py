@@ -30,6 +30,7 @@ from fedpath.runtime.flower import (
     RC_WAIT_NODES,
 )
 from fedpath.runtime.flower.records import RecordError, header_int, header_str
+from fedpath.runtime.secagg import SecAggSettings
 
 log = logging.getLogger("fedpath")
 
@@ -45,6 +46,8 @@ class FlowerSettings:
     #: client id -> public key (OpenSSH line) that must sign the node's hello;
     #: None: client ids are self-declared (:mod:`fedpath.deploy.identity`)
     registry: Mapping[str, str] | None = field(default=None, compare=False)
+    #: SecAgg+ on the fit stage (run config ``secure-aggregation``); None: off
+    secagg: SecAggSettings | None = None
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> FlowerSettings:
@@ -81,6 +84,7 @@ class FlowerSettings:
             wait_nodes=number(RC_WAIT_NODES, cls.wait_nodes),
             on_failure=on_failure,
             registry=registry,
+            secagg=SecAggSettings.from_run_config(rc),
         )
 
 
@@ -251,4 +255,12 @@ def send_and_receive(
 
 def record_bytes(records: RecordDict) -> int:
     """Bytes of a message's records as Flower counts them (arrays dominate)."""
-    return int(sum(r.count_bytes() for r in records.values()))
+    return int(sum(_count_bytes(r) for r in records.values()))
+
+
+def _count_bytes(record: Any) -> int:
+    # Flower 1.42's ConfigRecord.count_bytes fails on an empty list value (the
+    # SecAgg+ unmask stage sends one when no client dropped)
+    if isinstance(record, ConfigRecord) and any(v == [] for v in record.values()):
+        record = ConfigRecord({k: v for k, v in record.items() if v != []})
+    return int(record.count_bytes())

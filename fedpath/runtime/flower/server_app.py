@@ -27,6 +27,12 @@ its client state (FedBN's local normalization layers) only if it keeps it on its
 own disk (node config ``state-dir``, :mod:`fedpath.deploy.node_state`); otherwise
 that state restarts from the global model, whereas in-process resume restores it.
 
+Secure aggregation (run config ``secure-aggregation = "secaggplus"``): the fit
+stage of the weight-averaging algorithms runs through Flower's SecAgg+ workflow
+(:mod:`.secagg`); every surviving client's reply is then the unmasked aggregate
+with weight 1, so the server half averages exactly that, and a client that
+dropped out is missing as from any stage.
+
 Training-domain validation (``partition.validation`` > 0: round selection,
 temperature, operating point) is refused for now: the validation slides stay on
 the nodes, and only metrics leave a node, while the temperature and the threshold
@@ -45,6 +51,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 
+from fedpath.algorithms.names import FIT
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import LodoFold
@@ -67,6 +74,7 @@ from fedpath.runtime.flower.records import (
     payload_to_records,
     records_to_payload,
 )
+from fedpath.runtime.flower.secagg_server import SecureFit
 from fedpath.runtime.inprocess import RESULTS, InProcessRun
 from fedpath.tasks import prepare_dataset
 from fedpath.types import Payload
@@ -108,6 +116,40 @@ class FlowerRun(InProcessRun):
         self.states = {}  # client states live in each node's context.state
         self.nodes: dict[str, int] = {}
         self._waited = False
+        self.secure = self._secure_fit() if settings.secagg is not None else None
+
+    def _secure_fit(self) -> SecureFit:
+        """Check that SecAgg+ can carry this run; its driver."""
+        from fedpath.runtime.secagg import RC_MAX_WEIGHT, RC_MODE, check_algorithm
+
+        s = self.settings.secagg
+        assert s is not None
+        weighting = check_algorithm(self.cfg)
+        t = self.cfg.train
+        n = len(self.clients)
+        k = min(n, t.clients_per_round or max(1, round(t.client_fraction * n)))
+        if k < 2:
+            raise ConfigError(
+                f"Flower run config {RC_MODE!r}: SecAgg+ needs at least 2 clients "
+                f"per round, this run samples {k} of {n} (train.clients_per_round, "
+                "train.client_fraction)"
+            )
+        s.check_clients(k)
+        weight = s.max_weight
+        if weighting == "equal":
+            weight = 1.0
+        elif weight == 0:  # the largest training split of the roster
+            weight = float(max(len(c.train) for c in self.clients))
+        log.info(
+            "secure aggregation: SecAgg+ on the fit stage (clipping range %g, "
+            "quantization range %d, modulus %d, %s %g)",
+            s.clipping_range,
+            s.quantization_range,
+            s.modulus_range,
+            RC_MAX_WEIGHT,
+            weight,
+        )
+        return SecureFit(self, s, weight)
 
     # ------------------------------------------------------------------ nodes
 
@@ -152,6 +194,8 @@ class FlowerRun(InProcessRun):
         self, stage: str, rnd: int, messages: Mapping[str, Payload]
     ) -> tuple[dict[str, Payload], dict[str, Any]]:
         """Send one stage's payloads, collect the replies that arrive in time."""
+        if self.secure is not None and stage == FIT:
+            return self.secure.exchange(rnd, messages)
         out: list[Message] = []
         sent: list[str] = []
         wire_down = 0

@@ -8,7 +8,11 @@ Round 1 has two stages and no model parameters cross the network:
    :func:`~fedpath.mil.distill.compress_slides` instead) and uploads only those,
    with their labels and its declared embedding space. The server checks that
    every client lives in one space (embeddings of different extractors are not
-   comparable) and pools the slides.
+   comparable) and pools the slides; with ``spaces: adapt`` it accepts clients
+   of different extractors (``features``, per client) and sends each receiver
+   the others' slides grouped by space, and the receiver trains one input
+   adapter per foreign space with its model (:mod:`fedpath.mil.adapters`,
+   docs/fedhd_heterogeneous.md).
 2. ``fit``: each client receives the synthetic slides of every *other* client and
    trains its own MIL model (any registered architecture, chosen per client in
    ``models``) with the curriculum :math:`\mathcal L = \mathcal L_{real} +
@@ -30,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -45,21 +50,30 @@ from fedpath.algorithms.mil_common import (
     OwnMILClient,
     architecture,
     arrays_to_bags,
+    arrays_to_spaced,
     bags_to_arrays,
     embedding_space,
     keep_model,
     own_model,
     real_bags,
+    spaced_to_arrays,
     train_bags,
 )
 from fedpath.algorithms.names import DISTILL, FIT, POOL, RECEIVED, SYNTHETIC
 from fedpath.config import ConfigError
 from fedpath.losses import generalized_cross_entropy
+from fedpath.mil.adapters import AdaptedMIL
+from fedpath.mil.bags import SlideBag
 from fedpath.mil.distill import DistillOptions, compress_slides, distill_slides
+from fedpath.mil.models import MILModel
 from fedpath.params.algorithms import FedHDParams
-from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
 log = logging.getLogger("fedpath")
+
+#: client state: the input adapters of the foreign spaces (``spaces: adapt``);
+#: never sent, never deployed
+ADAPTERS = "adapters"
 
 
 class FedHDClient(OwnMILClient):
@@ -136,17 +150,51 @@ class FedHDClient(OwnMILClient):
             },
         )
 
+    def received(self, state: ClientState) -> list[SlideBag]:
+        """The others' synthetic slides kept in ``state``; with ``spaces: adapt``
+        those of a foreign space carry its name (:attr:`SlideBag.space`)."""
+        if RECEIVED not in state.arrays:
+            return []
+        group, prefix = state.arrays[RECEIVED], f"{self.ctx.client_id}-recv"
+        if "features" in group:  # one space: the receiver's
+            return arrays_to_bags(group, "others", prefix)
+        own, _ = embedding_space(self.ctx)
+        out: list[SlideBag] = []
+        for i, (space, part) in enumerate(arrays_to_spaced(group, state.scalars)):
+            for b in arrays_to_bags(part, "others", f"{prefix}{i}"):
+                b.space = None if space == own else space
+                out.append(b)
+        return out
+
+    def adapted(
+        self, model: MILModel, others: Sequence[SlideBag], state: ClientState
+    ) -> MILModel:
+        """``model`` with an input adapter per foreign space of ``others`` (its
+        adapters from ``state`` after round 1), or ``model`` itself if none."""
+        sources = {b.space: b.dim for b in others if b.space is not None}
+        if not sources:
+            return model
+        torch.manual_seed(self.ctx.seed_for("adapters"))
+        net = AdaptedMIL(
+            model, sources, self.params.adapter, self.params.adapter_hidden
+        )
+        if ADAPTERS in state.arrays:
+            net.adapters.load_state_dict(
+                {k: torch.from_numpy(v) for k, v in state.arrays[ADAPTERS].items()}
+            )
+        return net
+
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
         real = real_bags(ctx)
         if RECEIVED in payload.arrays:  # round 1: keep them for later rounds
             state.arrays[RECEIVED] = payload.arrays[RECEIVED]
-        others = (
-            arrays_to_bags(state.arrays[RECEIVED], "others", f"{ctx.client_id}-recv")
-            if RECEIVED in state.arrays
-            else []
-        )
+            state.scalars.update(
+                {k: v for k, v in payload.scalars.items() if k.startswith("space/")}
+            )
+        others = self.received(state)
         model = own_model(ctx, state, p)
+        net = self.adapted(model, others, state)
         epochs = ctx.train.local_epochs
         if p.curriculum and others and p.t0 >= epochs * ctx.train.rounds:
             raise ConfigError(
@@ -158,7 +206,7 @@ class FedHDClient(OwnMILClient):
         done = int(state.scalars.get("epochs_done", 0))
         scalars = train_bags(
             ctx,
-            model,
+            net,
             real,
             others,
             synthetic_from=max(0, p.t0 - done) if p.curriculum else 0,
@@ -166,6 +214,9 @@ class FedHDClient(OwnMILClient):
         )
         state.scalars["epochs_done"] = done + epochs
         keep_model(state, model, architecture(ctx, p.models) or "")
+        if isinstance(net, AdaptedMIL):  # the deployed model stays `model` alone
+            state.arrays[ADAPTERS] = as_numpy_dict(net.adapters.state_dict())
+            scalars["adapted_spaces"] = len(net.sources)
         return Payload({}, {"num_examples": len(real), **scalars})
 
 
@@ -177,6 +228,8 @@ class FedHDServer(ServerAlgorithm):
     def __init__(self, params: FedHDParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
         self.pool: dict[str, ArrayDict] = {}
+        #: each pooled client's declared embedding space
+        self.spaces: dict[str, str] = {}
 
     def stages(self, rnd: int) -> Sequence[str]:
         return (DISTILL, FIT) if rnd == 1 else (FIT,)
@@ -190,19 +243,35 @@ class FedHDServer(ServerAlgorithm):
             raise ProtocolError(f"FedHD has no stage {stage!r}")
         if rnd > 1:  # clients kept what they received in round 1
             return round_only(clients, rnd)
+        if self.params.spaces == "adapt":
+            out = {}
+            for c in clients:
+                arrays, names = spaced_to_arrays(self._others_by_space(c))
+                out[c] = Payload({RECEIVED: arrays}, {"round": rnd, **names})
+            return out
         return {
             c: Payload({RECEIVED: self._others(c)}, {"round": rnd}) for c in clients
         }
 
-    def _others(self, client: str) -> ArrayDict:
-        """Every other client's synthetic slides, stacked."""
-        parts = [self.pool[c] for c in sorted(self.pool) if c != client]
+    def _others(self, client: str, space: str | None = None) -> ArrayDict:
+        """Every other client's synthetic slides (of ``space``, if given), stacked."""
+        parts = [
+            self.pool[c]
+            for c in sorted(self.pool)
+            if c != client and space in (None, self.spaces.get(c))
+        ]
+        parts = [part for part in parts if len(part["sizes"])]
         if not parts:
             return bags_to_arrays([])
         return {
             k: np.concatenate([part[k] for part in parts])
             for k in ("features", "sizes", "labels")
         }
+
+    def _others_by_space(self, client: str) -> list[tuple[str, ArrayDict]]:
+        """The other clients' slides, one stack per embedding space (sorted)."""
+        names = sorted({self.spaces[c] for c in self.pool if c != client})
+        return [(s, self._others(client, s)) for s in names]
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
@@ -213,17 +282,29 @@ class FedHDServer(ServerAlgorithm):
             c: (str(r.scalars["embedding_space"]), int(r.scalars["dim"]))
             for c, r in replies.items()
         }
-        if len(set(spaces.values())) > 1:
-            listing = ", ".join(f"{c}: {s} (D={d})" for c, (s, d) in spaces.items())
+        listing = ", ".join(f"{c}: {s} (D={d})" for c, (s, d) in spaces.items())
+        dims: dict[str, set[int]] = {}
+        for s, d in spaces.values():
+            dims.setdefault(s, set()).add(d)
+        if any(len(d) > 1 for d in dims.values()):
+            raise ConfigError(
+                "FedHD clients declare one embedding space with different "
+                f"dimensions (one name per extractor). Clients: {listing}"
+            )
+        if len(dims) > 1 and self.params.spaces != "adapt":
             raise ConfigError(
                 "FedHD clients declare different embedding spaces; synthetic slides "
-                "of different feature extractors are not comparable. Clients: "
-                f"{listing}"
+                "of different feature extractors are not comparable. Set "
+                "algorithm.params.spaces: adapt to train an input adapter per "
+                f"foreign space at each receiver. Clients: {listing}"
             )
         self.pool = {c: dict(r.group(SYNTHETIC)) for c, r in replies.items()}
+        self.spaces = {c: s for c, (s, _) in spaces.items()}
         n = sum(int(r.scalars["num_slides"]) for r in replies.values())
         nbytes = sum(r.nbytes() for r in replies.values())
         out: dict[str, Scalar] = {"synthetic_slides": n, "synthetic_bytes": nbytes}
+        if self.params.spaces == "adapt":
+            out["embedding_spaces"] = len(dims)
         for c, r in sorted(replies.items()):  # how close each client's tokens came
             for key in ("nn_ratio_min", "nn_ratio_median", "slides_withheld"):
                 if key in r.scalars:
@@ -233,11 +314,25 @@ class FedHDServer(ServerAlgorithm):
     def state(self) -> Payload:
         """The pool as one group: every client's slides stacked in client order,
         ``owner`` (per slide) the position of its client in the run's client ids
-        (no client id inside a key)."""
+        (no client id inside a key); with ``spaces: adapt`` one such stack per
+        embedding space (:func:`~fedpath.algorithms.mil_common.spaced_to_arrays`)."""
         ids = self.ctx.client_ids
-        owners = [c for c in ids if c in self.pool]
+        owners = [c for c in ids if c in self.pool and len(self.pool[c]["sizes"])]
         if not owners:
             return Payload()
+        if self.params.spaces != "adapt":
+            return Payload({POOL: self._stack(owners)})
+        names = sorted({self.spaces[c] for c in owners})
+        arrays, scalars = spaced_to_arrays(
+            [
+                (s, self._stack([c for c in owners if self.spaces[c] == s]))
+                for s in names
+            ]
+        )
+        return Payload({POOL: arrays}, scalars)
+
+    def _stack(self, owners: Sequence[str]) -> ArrayDict:
+        ids = self.ctx.client_ids
         stacked = {
             k: np.concatenate([self.pool[c][k] for c in owners])
             for k in ("features", "sizes", "labels")
@@ -248,23 +343,33 @@ class FedHDServer(ServerAlgorithm):
                 for c in owners
             ]
         )
-        return Payload({POOL: stacked})
+        return stacked
 
     def load_state(self, state: Payload) -> None:
-        self.pool = {}
+        self.pool, self.spaces = {}, {}
         if POOL not in state.arrays:
             return
         group = state.arrays[POOL]
+        if "features" in group:
+            self._unstack(group, "")
+            return
+        for space, part in arrays_to_spaced(group, state.scalars):
+            self._unstack(part, space)
+
+    def _unstack(self, group: ArrayDict, space: str) -> None:
         owner, sizes = group["owner"], group["sizes"]
         row = 0
         for i in dict.fromkeys(owner.tolist()):  # client order, as saved
             mine = owner == i
             n = int(sizes[mine].sum())
-            self.pool[self.ctx.client_ids[i]] = {
+            client = self.ctx.client_ids[i]
+            self.pool[client] = {
                 "features": group["features"][row : row + n],
                 "sizes": sizes[mine],
                 "labels": group["labels"][mine],
             }
+            if space:
+                self.spaces[client] = space
             row += n
 
 

@@ -27,7 +27,7 @@ from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, build_mil_model
 from fedpath.params.algorithms import MILTrainParams
 from fedpath.tasks.bags import BagLoss
-from fedpath.types import ArrayDict, ClientState, Payload, as_numpy_dict
+from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
 
 def bags_to_arrays(bags: Sequence[SlideBag]) -> ArrayDict:
@@ -61,18 +61,53 @@ def arrays_to_bags(arrays: ArrayDict, domain: str, prefix: str) -> list[SlideBag
     ]
 
 
+def spaced_to_arrays(
+    parts: Sequence[tuple[str, ArrayDict]],
+) -> tuple[ArrayDict, dict[str, Scalar]]:
+    """Slides of several embedding spaces as one group: part ``i``'s wire arrays
+    under ``features/<i>``, ``sizes/<i>``, ``labels/<i>`` (plus any other of its
+    arrays, e.g. ``owner/<i>``), its space's name in the scalar ``space/<i>``.
+    Empty parts are left out."""
+    arrays: ArrayDict = {}
+    scalars: dict[str, Scalar] = {}
+    for space, part in parts:
+        if len(part["sizes"]) == 0:
+            continue
+        i = len(scalars)
+        scalars[f"space/{i}"] = space
+        arrays.update({f"{k}/{i}": v for k, v in part.items()})
+    return arrays, scalars
+
+
+def arrays_to_spaced(
+    arrays: ArrayDict, scalars: Mapping[str, Scalar]
+) -> list[tuple[str, ArrayDict]]:
+    """The parts of :func:`spaced_to_arrays`, in order."""
+    out = []
+    i = 0
+    while f"space/{i}" in scalars:
+        suffix = f"/{i}"
+        part = {
+            k.removesuffix(suffix): v for k, v in arrays.items() if k.endswith(suffix)
+        }
+        out.append((str(scalars[f"space/{i}"]), part))
+        i += 1
+    return out
+
+
 def real_bags(ctx: ClientContext) -> list[SlideBag]:
-    """The client's real training slides (a clear error on an image dataset)."""
-    bags = ctx.task.bags().slides(ctx.data)
+    """The client's real training slides, in its own embedding space (a clear
+    error on an image dataset)."""
+    bags = ctx.task.bags().client_slides(ctx.data, ctx.client_id, ctx.domain)
     if not bags:
         raise ConfigError(f"client {ctx.client_id} has no training slides")
     return bags
 
 
 def embedding_space(ctx: ClientContext) -> tuple[str, int]:
-    """(declared extractor space, dimension) of the client's bags."""
-    task = ctx.task.bags()
-    return task.embedding_space, task.dim
+    """(declared extractor space, dimension) of the client's bags: its own
+    feature set (``algorithm.params.features``) or the dataset's."""
+    return ctx.task.bags().client_space(ctx.client_id, ctx.domain)
 
 
 def architecture(ctx: ClientContext, models: Mapping[str, str]) -> str | None:
@@ -84,11 +119,14 @@ def own_model(ctx: ClientContext, state: ClientState, p: MILTrainParams) -> MILM
     """The client's MIL model: from its state if trained before, else fresh."""
     task = ctx.task.bags()
     name = str(state.scalars.get("architecture", "")) or architecture(ctx, p.models)
+    space, dim = task.client_space(ctx.client_id, ctx.domain)
     torch.manual_seed(ctx.seed_for("init"))
     if name is not None and name in p.model_params:
-        model = build_mil_model(name, task.dim, ctx.num_classes, p.model_params[name])
+        model = build_mil_model(name, dim, ctx.num_classes, p.model_params[name])
+        if space != task.embedding_space:
+            model.embedding_space = space
     else:
-        model = task.build_model(name)
+        model = task.build_model(name, space)
     if MODEL in state.arrays:
         model.load_state_dict(
             {k: torch.from_numpy(v) for k, v in state.arrays[MODEL].items()}

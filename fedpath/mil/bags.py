@@ -31,7 +31,11 @@ class SlideBag:
     """One slide: ``features`` (N, D) float32, a class index, a domain (hospital).
 
     ``coords`` are the (N, 2) patch coordinates when known (CLAM's ``coords``),
-    else ``None`` (synthetic slides have none).
+    else ``None`` (synthetic slides have none). ``space`` is ``None`` for a bag in
+    the embedding space of the model it meets, else the name of its own space
+    (a synthetic slide received from a client with another feature extractor:
+    it enters the receiver's model through that space's input adapter,
+    :mod:`fedpath.mil.adapters`).
     """
 
     slide_id: str
@@ -39,6 +43,7 @@ class SlideBag:
     label: int
     domain: str
     coords: Tensor | None = None
+    space: str | None = None
 
     def __post_init__(self) -> None:
         f = self.features

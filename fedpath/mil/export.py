@@ -219,14 +219,16 @@ def export_client_model(
     classes: Sequence[str],
     embedding_space: str,
     provenance: Mapping[str, Any],
+    encoder: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a client's deployed ``model`` to ``path`` (``kind: mil``).
 
     ``provenance`` holds the :class:`MILModelMeta` fields of the run
     (``client``, ``domain``, ``config_hash``, ``method``, ``seed``, ``round``,
     ``data``, ``federation``) and ``architecture``: the client's state scalar
-    (:func:`architecture_recipe`). The recipe is checked before writing: the
-    model it builds must take exactly these weights."""
+    (:func:`architecture_recipe`); ``encoder``: the encoder facts of the
+    client's own bags (default: those of the run's data). The recipe is checked
+    before writing: the model it builds must take exactly these weights."""
     name, params = architecture_recipe(cfg, str(provenance.get("architecture", "")))
     rebuilt = build_mil_model(name, model.in_dim, model.num_classes, params)
     try:
@@ -244,7 +246,7 @@ def export_client_model(
         in_dim=model.in_dim,
         class_names=list(classes),
         embedding_space=embedding_space,
-        encoder=dataset_encoder(cfg.data),
+        encoder=dict(encoder) if encoder is not None else dataset_encoder(cfg.data),
         **{k: v for k, v in provenance.items() if k in known},
     )
     return _write_container(path, asdict(meta), model)

@@ -52,7 +52,15 @@ class MILOutput:
 
 
 class MILModel(nn.Module):
-    """Base class: ``forward(bag (N, D), label=None) -> MILOutput``."""
+    """Base class: ``forward(bag (N, D), label=None) -> MILOutput``.
+
+    ``embedding_space`` names the feature extractor whose bags the model takes
+    when its client has its own (``algorithm.params.features``); ``None``: the
+    dataset's. It is not a weight: the slide-bag task reads it to give the model
+    its client's bags (:meth:`fedpath.tasks.bags.BagTask.predict`).
+    """
+
+    embedding_space: str | None = None
 
     def __init__(self, in_dim: int, num_classes: int) -> None:
         super().__init__()
@@ -115,15 +123,17 @@ def build_mil_model(
 
 def mil_builder(
     backbone: str, params: Mapping[str, Any], in_dim: int, num_classes: int
-) -> Callable[[str | None], MILModel]:
-    """``build(name)``: the configured model (``model.backbone`` with
+) -> Callable[[str | None, int | None], MILModel]:
+    """``build(name, dim)``: the configured model (``model.backbone`` with
     ``model.params``) for ``None`` or that name, another registered one by name
-    (FedHD clients may each choose their architecture)."""
+    (FedHD clients may each choose their architecture), for bags of ``dim``
+    (default ``in_dim``; a client with its own feature extractor)."""
 
-    def build(name: str | None = None) -> MILModel:
+    def build(name: str | None = None, dim: int | None = None) -> MILModel:
+        d = in_dim if dim is None else dim
         if name is None or name == backbone:
-            return build_mil_model(backbone, in_dim, num_classes, params)
-        return build_mil_model(name, in_dim, num_classes)
+            return build_mil_model(backbone, d, num_classes, params)
+        return build_mil_model(name, d, num_classes)
 
     return build
 

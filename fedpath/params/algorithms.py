@@ -356,19 +356,70 @@ class FedADParams(SSLParams):
 
 
 @dataclass(frozen=True)
+class FeatureSetParams(Checked):
+    """One client's own embedding space (``algorithm.params.features.<key>``).
+
+    The client reads the slides of the dataset (same slide ids, labels, domains
+    and split) as embedded by *its* feature extractor: ``root``, a folder in
+    CLAM's layout (``h5_files/<slide_id>.h5`` or ``pt_files/<slide_id>.pt``;
+    relative paths from the working directory, as ``data.root``), or
+    ``project: d``, a fixed random linear map (seed ``seed``; ``nonlinear``:
+    then ``tanh``) of the dataset's own bags to
+    ``d`` dimensions, which stands in for another extractor of the same tissue
+    on synthetic data. ``embedding_space`` names it (default: the folder's name,
+    or ``project<d>-s<seed>``).
+    """
+
+    config_section = "algorithm.params.features"
+
+    root: str | None = None
+    prefer: Literal["h5", "pt"] = "h5"
+    project: Annotated[int, Ge(0)] = 0
+    seed: int = 0
+    nonlinear: bool = False
+    embedding_space: str = ""
+
+    def validate(self) -> None:
+        require(
+            (self.root is None) != (self.project == 0),
+            "root",
+            "exactly one of root (a folder of bag files) or project (a dimension)",
+            {"root": self.root, "project": self.project},
+        )
+
+
+@dataclass(frozen=True)
 class MILTrainParams(AlgorithmParams):
     """Which MIL model each client trains (local training itself is ``train.*``).
 
     ``models``: architecture per client or domain (a key is a client id such as
     ``hospital_0/c0`` or a domain), default ``model.backbone`` with
     ``model.params``; ``model_params``: parameters per architecture name for the
-    ones chosen in ``models`` (e.g. ``{transmil: {hidden: 64}}``).
+    ones chosen in ``models`` (e.g. ``{transmil: {hidden: 64}}``); ``features``:
+    per client or domain (keys as ``models``) its own feature extractor's bags
+    (:class:`FeatureSetParams`), default the dataset's.
     """
 
     models: dict[str, str] = field(default_factory=dict)
     model_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    features: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def feature_sets(self) -> dict[str, FeatureSetParams]:
+        """``features`` as checked :class:`FeatureSetParams`, by key."""
+        from fedpath.schema import ConfigError, FieldError, from_mapping
+
+        out = {}
+        for k, v in self.features.items():
+            try:
+                out[k] = from_mapping(
+                    FeatureSetParams, v, f"algorithm.params.features.{k}"
+                )
+            except FieldError as err:  # already the full key: no second prefix
+                raise ConfigError(str(err)) from None
+        return out
 
     def validate(self) -> None:
+        self.feature_sets()
         unused = sorted(set(self.model_params) - set(self.models.values()))
         require(
             not unused,
@@ -394,6 +445,13 @@ class FedAvgMILParams(MILTrainParams):
             "no per-client architectures: weight averaging needs one architecture "
             "for every client (set model.backbone instead)",
             self.models,
+        )
+        require(
+            not self.features,
+            "features",
+            "no per-client feature extractors: weight averaging needs one embedding "
+            "space for every client (use fedhd with spaces: adapt)",
+            sorted(self.features),
         )
 
 
@@ -436,3 +494,11 @@ class FedHDParams(MILTrainParams):
     # every real patch embedding of the client (0: off)
     min_patches: Annotated[int, Ge(1)] = 8
     min_token_distance: Annotated[float, Ge(0)] = 0.5
+    # clients in different embedding spaces (per-client ``features``): ``same``
+    # refuses them; ``adapt`` gives each receiver's MIL model one input adapter
+    # per foreign space (``linear``: LayerNorm + Linear; ``mlp``: LayerNorm,
+    # Linear to ``adapter_hidden`` (0: the own dimension), GELU, Linear), trained
+    # on the received synthetic slides only (docs/fedhd_heterogeneous.md)
+    spaces: Literal["same", "adapt"] = "same"
+    adapter: Literal["linear", "mlp"] = "linear"
+    adapter_hidden: Annotated[int, Ge(0)] = 0

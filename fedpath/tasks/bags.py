@@ -14,7 +14,16 @@ an epoch's loss is the sum of both terms over its bags:
 
 The algorithm passes ``loss(model, features, label, synthetic)`` and chooses
 what each stream costs (cross-entropy plus the model's auxiliary loss on real
-slides; FedHD's generalised cross-entropy on synthetic ones).
+slides; FedHD's generalised cross-entropy on synthetic ones). A synthetic bag of
+another embedding space (``SlideBag.space``) first passes through that space's
+input adapter of the model (:class:`fedpath.mil.adapters.AdaptedMIL`), inside
+the graph, so the loss sees bags of the model's own space and the adapters
+train with it.
+
+Clients with their own feature extractor (``algorithm.params.features``) read
+the dataset's slides in their space (:class:`fedpath.mil.spaces.FeatureSet`):
+the task resolves a split's bags in the space of the model it evaluates
+(``MILModel.embedding_space``).
 """
 
 from __future__ import annotations
@@ -27,25 +36,51 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedpath.config import TrainConfig
+from fedpath.config import ConfigError, TrainConfig
 from fedpath.data.bags import BagStore, split_bags
 from fedpath.data.base import Split
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, mil_builder
 from fedpath.mil.predict import evaluate_mil
+from fedpath.mil.spaces import FeatureSet
+from fedpath.params.algorithms import MILTrainParams
 from fedpath.tasks import base
 
 #: ``loss(model, features (N, D), label (1,), synthetic) -> {"loss": tensor, ...}``
 BagLoss = Callable[[MILModel, Tensor, Tensor, bool], Mapping[str, Any]]
 
 
+def _source_dim(model: MILModel, bag: SlideBag) -> int:
+    """The dimension ``model`` expects of ``bag`` (its adapter's, for a bag of a
+    foreign space)."""
+    if bag.space is None:
+        return model.in_dim
+    source_dim = getattr(model, "source_dim", None)
+    if source_dim is None:
+        raise ValueError(
+            f"slide {bag.slide_id!r} is of embedding space {bag.space!r}, but the "
+            f"model has no input adapters (algorithm.params.spaces: adapt)"
+        )
+    return int(source_dim(bag.space))
+
+
+def _inputs(model: MILModel, bag: SlideBag, device: torch.device) -> Tensor:
+    """The bag's features in the model's space (through its adapter if foreign)."""
+    x = bag.features.to(device)
+    if bag.space is None:
+        return x
+    out: Tensor = model.adapt(x, bag.space)  # type: ignore[operator]
+    return out
+
+
 def check_bags(model: MILModel, bags: Sequence[SlideBag], what: str) -> None:
-    """Every bag lives in the model's embedding space and label range."""
+    """Every bag lives in the model's embedding space (or one it has an adapter
+    for) and label range."""
     for b in bags:
-        if b.dim != model.in_dim:
+        if b.dim != _source_dim(model, b):
             raise ValueError(
                 f"{what} slide {b.slide_id!r} has D={b.dim}, the model expects "
-                f"{model.in_dim} (a different embedding space?)"
+                f"{_source_dim(model, b)} (a different embedding space?)"
             )
         if not 0 <= b.label < model.num_classes:
             raise ValueError(
@@ -101,7 +136,7 @@ def fit_bags(
             for i in torch.randperm(len(pool)).tolist():
                 bag, is_synthetic = pool[i]
                 label = torch.tensor([bag.label], device=device)
-                out = loss_fn(model, bag.features.to(device), label, is_synthetic)
+                out = loss_fn(model, _inputs(model, bag, device), label, is_synthetic)
                 loss = out["loss"]
                 base.step(
                     opt,
@@ -138,16 +173,73 @@ class BagTask(base.Task):
         self._build = mil_builder(
             model.backbone, model.params, store.dim, dataset.num_classes
         )
+        self._features, self.spaces = self._feature_sets(cfg)
+
+    def _feature_sets(
+        self, cfg: Any
+    ) -> tuple[dict[str, FeatureSet], dict[str, FeatureSet]]:
+        """``algorithm.params.features`` opened: by client/domain key, by space."""
+        raw = dict(cfg.algorithm.params.get("features") or {})
+        if not raw:
+            return {}, {}
+        parsed = MILTrainParams(features=raw).feature_sets()
+        by_key: dict[str, FeatureSet] = {}
+        by_space: dict[str, FeatureSet] = {}
+        for key, p in parsed.items():
+            fs = FeatureSet(p, self.dim)
+            known = by_space.get(fs.name)
+            if fs.name == self.embedding_space or (known and known.params != p):
+                raise ConfigError(
+                    f"config key 'algorithm.params.features.{key}': embedding space "
+                    f"{fs.name!r} is already the "
+                    f"{'dataset' if known is None else 'name of another feature set'}"
+                    "'s; give it another embedding_space"
+                )
+            by_space.setdefault(fs.name, fs)
+            by_key[key] = by_space[fs.name]
+        return by_key, by_space
 
     def bags(self) -> BagTask:
         return self
 
-    def build_model(self, name: str | None = None) -> MILModel:
-        return self._build(name)
+    def build_model(
+        self, name: str | None = None, space: str | None = None
+    ) -> MILModel:
+        """The model ``name`` (None: the configured one) for bags of ``space``
+        (None: the dataset's; else a client's feature set by its name)."""
+        if space is None or space == self.embedding_space:
+            return self._build(name, None)
+        model = self._build(name, self._space(space).dim)
+        model.embedding_space = space
+        return model
 
-    def slides(self, split: Split) -> list[SlideBag]:
-        """The bags of a split, in order."""
-        return split_bags(split)
+    def _space(self, space: str) -> FeatureSet:
+        if space not in self.spaces:
+            raise ConfigError(
+                f"embedding space {space!r} is not a feature set of "
+                f"algorithm.params.features (known: {sorted(self.spaces)})"
+            )
+        return self.spaces[space]
+
+    def feature_set(self, client: str, domain: str) -> FeatureSet | None:
+        """The client's own feature set (keyed by client id, else domain)."""
+        return self._features.get(client, self._features.get(domain))
+
+    def client_space(self, client: str, domain: str) -> tuple[str, int]:
+        """(embedding space name, dimension) of the client's bags."""
+        fs = self.feature_set(client, domain)
+        return (self.embedding_space, self.dim) if fs is None else (fs.name, fs.dim)
+
+    def slides(self, split: Split, space: str | None = None) -> list[SlideBag]:
+        """The bags of a split, in order, in ``space`` (None: the dataset's)."""
+        bags = split_bags(split)
+        if space is None or space == self.embedding_space:
+            return bags
+        return self._space(space).bags(bags)
+
+    def client_slides(self, split: Split, client: str, domain: str) -> list[SlideBag]:
+        """The bags of a client's split in the client's own embedding space."""
+        return self.slides(split, self.client_space(client, domain)[0])
 
     def fit(
         self,
@@ -182,7 +274,8 @@ class BagTask(base.Task):
     def predict(self, model: nn.Module, split: Split) -> np.ndarray:
         if not isinstance(model, MILModel):
             raise TypeError(f"slide bags need a MIL model, got {type(model).__name__}")
-        return evaluate_mil(model.to(self.device), split_bags(split))[0]
+        bags = self.slides(split, model.embedding_space)
+        return evaluate_mil(model.to(self.device), bags)[0]
 
     def export_client(
         self,
@@ -201,11 +294,19 @@ class BagTask(base.Task):
 
         if not isinstance(model, MILModel):
             raise TypeError(f"slide bags need a MIL model, got {type(model).__name__}")
+        space, encoder = self.embedding_space, None
+        facts = {**provenance, "client": client_id}
+        if model.embedding_space not in (None, self.embedding_space):
+            fs = self._space(model.embedding_space)
+            space, encoder = fs.name, fs.encoder
+            if fs.root is not None:  # `fedpath evaluate` reads the client's bags
+                facts["data"] = {**dict(facts.get("data") or {}), "root": fs.root}
         return export_client_model(
             client_file(directory, client_id),
             model.cpu(),
             self.cfg,
             classes=self.classes,
-            embedding_space=self.embedding_space,
-            provenance={**provenance, "client": client_id},
+            embedding_space=space,
+            provenance=facts,
+            encoder=encoder,
         )

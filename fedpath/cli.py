@@ -117,11 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument(
         "--split",
         default=None,
-        choices=["target", "source_mean", "source_worst", "clients"],
+        choices=["target", "source_mean", "source_worst", "clients", "adapted"],
         help="which evaluation to tabulate: the unseen target domain, the sources' "
-        "test splits (mean or worst), or each client's own test split (one column "
-        "per client; runs with lodo.targets: none have only this). Default: target "
-        "when the runs have it, else clients",
+        "test splits (mean or worst), each client's own test split (one column "
+        "per client; runs with lodo.targets: none have only this), or the target "
+        "with BatchNorm adapted to its unlabelled images (evaluation.adapt_bn). "
+        "Default: target when the runs have it, else clients",
     )
     table.add_argument(
         "--select",

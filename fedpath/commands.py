@@ -303,6 +303,7 @@ def _print_table(
         "source_mean": "source domains' test splits (mean)",
         "source_worst": "worst source domain",
         "clients": "clients' own test splits",
+        "adapted": "unseen target domain, BatchNorm adapted to it",
     }[split]
     if select == "selected":
         title += ", round selected on the sources' validation slides"

@@ -98,7 +98,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
 
 #: the splits of ``fedpath table --split``, in the order one is picked by default
-SPLITS = ("target", "clients", "source_mean", "source_worst")
+SPLITS = ("target", "clients", "source_mean", "source_worst", "adapted")
 
 
 def _split_metrics(ev: dict[str, Any], split: str) -> dict[str, Any] | None:
@@ -107,6 +107,9 @@ def _split_metrics(ev: dict[str, Any], split: str) -> dict[str, Any] | None:
     ``evaluation.protocol: local``, the sources of one without source_eval)."""
     if split == "target":
         return dict(ev["target"]) if ev.get("target") else None
+    if split == "adapted":  # evaluation.adapt_bn: BatchNorm adapted to the target
+        block = ev.get("adapted", {}).get("target")
+        return dict(block) if block else None
     if split == "source_mean":
         if "source_mean_accuracy" not in ev:
             return None
@@ -138,7 +141,9 @@ def collect_rows(
     ``split``: ``target`` (the unseen domain), ``source_mean`` (mean accuracy over
     the sources' test splits), ``source_worst`` (the worst source domain) or
     ``clients`` (each client's own test split, ``evaluation.protocol: local``: one
-    row per client, so the table is clients x methods as in FedHD's).
+    row per client, so the table is clients x methods as in FedHD's) or
+    ``adapted`` (the target with BatchNorm statistics re-estimated on its
+    unlabelled images: runs with ``evaluation.adapt_bn``).
     ``select``: the ``last`` round's global model, or the round ``selected`` on
     the sources' validation slides (``partition.validation`` > 0; the target
     split only). A run without metrics for ``split`` gives no row; when no run
@@ -150,10 +155,10 @@ def collect_rows(
         raise ConfigError(
             f"split: expected {', '.join(map(repr, SPLITS))}, got {split!r}"
         )
-    if select == "selected" and split != "target":
+    if select == "selected" and split not in ("target", "adapted"):
         raise ConfigError(
-            f"--select selected: only --split target has a selected round's "
-            f"metrics, got --split {split}"
+            f"--select selected: only --split target (or adapted) has a selected "
+            f"round's metrics, got --split {split}"
         )
     rows = []
     metrics: Mapping[str, Any] | None
@@ -171,7 +176,7 @@ def collect_rows(
                     f"--select selected: run {str(run)!r} has no selected round "
                     "(it was trained with partition.validation=0); use --select last"
                 )
-            metrics = ev["selected"]["target"]
+            metrics = _split_metrics(ev["selected"], split)
         else:
             metrics = _split_metrics(ev, split)
         if metrics is not None:

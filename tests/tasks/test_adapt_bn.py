@@ -16,7 +16,13 @@ from fedpath.artifact import load_model, read_model_file
 from fedpath.cli import main
 from fedpath.config import ConfigError, load_config
 from fedpath.evaluation.metrics import classification_metrics
-from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
+from fedpath.runtime.experiment import (
+    collect_rows,
+    load_dataset,
+    run_dir_for,
+    run_experiment,
+    splits_of,
+)
 from fedpath.tasks.adapt import adapt_batchnorm, adapt_on_split, batchnorm_layers
 from fedpath.tasks.images import predict_probs
 from tests.conftest import tiny_overrides
@@ -116,6 +122,14 @@ def test_a_run_reports_the_adapted_model_beside_the_plain_one(tmp_path: Path) ->
         assert block["target"][k] == pytest.approx(want[k], abs=1e-9)
     assert block["target"]["ece"] != pytest.approx(final["target"]["ece"], abs=1e-9)
     assert final["selected"]["adapted"]["n"] == len(scored)
+    # fedpath table --split adapted tabulates the adapted blocks
+    (row,) = collect_rows([tmp_path], "adapted")
+    assert row.metrics == block["target"]
+    (sel,) = collect_rows([tmp_path], "adapted", "selected")
+    assert sel.metrics == final["selected"]["adapted"]["target"]
+    assert "adapted" in splits_of([tmp_path])
+    argv = ["table", str(tmp_path), "--split", "adapted", "--format", "csv", "-q"]
+    assert main([*argv, "--metric", "balanced_accuracy"]) == 0
 
 
 def test_with_a_test_split_the_adaptation_images_are_disjoint(tmp_path: Path) -> None:

@@ -67,14 +67,15 @@ from fedpath.algorithms.base import (
     weighted_mean_scalars,
 )
 from fedpath.algorithms.mil_common import (
-    OwnMILClient,
+    DistillFitClient,
     architecture,
     arrays_to_bags,
     bags_to_arrays,
-    embedding_space,
+    guard_scalars,
     keep_model,
     own_model,
     real_bags,
+    require_one_space,
 )
 from fedpath.algorithms.names import DISTILL, FIT, SYNTHETIC
 from fedpath.config import ConfigError
@@ -135,17 +136,11 @@ def mix_anchors(per_client: Sequence[Sequence[SlideBag]]) -> list[SlideBag]:
     return out
 
 
-class DESAClient(OwnMILClient):
+class DESAClient(DistillFitClient):
     """Distil class anchors once; train with KD and SupCon on the anchors."""
 
     params: DESAParams
-
-    def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
-        if stage == DISTILL:
-            return self.distill()
-        if stage == FIT:
-            return self.fit(payload, state)
-        raise ProtocolError(f"desa has no stage {stage!r}")
+    method = "desa"
 
     def distill(self) -> Payload:
         from fedpath.mil.distill import DistillOptions, compress_slides
@@ -163,16 +158,7 @@ class DESAClient(OwnMILClient):
         seed = ctx.seed_for("distill") % (2**31)
         syn = compress_slides(real, p.anchors_per_class, opts, seed=seed)
         syn, report = guard_tokens(syn, real, p.min_token_distance, seed)
-        space, dim = embedding_space(ctx)
-        return Payload(
-            {SYNTHETIC: bags_to_arrays(syn)},
-            {
-                "embedding_space": space,
-                "dim": dim,
-                "num_slides": len(syn),
-                **report,
-            },
-        )
+        return self.synthetic_reply(syn, report)
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
@@ -306,21 +292,17 @@ class DESAServer(ServerAlgorithm[DESAParams]):
                 c: r.group(ANCHOR_LOGITS)["logits"] for c, r in replies.items()
             }
             return weighted_mean_scalars(replies)
-        spaces = {
-            (str(r.scalars["embedding_space"]), int(r.scalars["dim"]))
-            for r in replies.values()
-        }
-        if len(spaces) > 1:
-            raise ConfigError(
-                "DESA clients declare different embedding spaces "
-                f"({sorted(spaces)}); their synthetic slides cannot be averaged"
-            )
+        require_one_space(replies, "DESA", "their synthetic slides cannot be averaged")
         per_client = [
             arrays_to_bags(replies[c].group(SYNTHETIC), c, c) for c in sorted(replies)
         ]
         anchors = mix_anchors(per_client)
         self.anchors = bags_to_arrays(anchors)
-        return {"anchors": len(anchors), "synthetic_bytes": self.anchors_bytes()}
+        return {
+            "anchors": len(anchors),
+            "synthetic_bytes": self.anchors_bytes(),
+            **guard_scalars(replies),
+        }
 
     def anchors_bytes(self) -> int:
         return sum(int(a.nbytes) for a in (self.anchors or {}).values())

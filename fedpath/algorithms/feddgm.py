@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -45,25 +44,24 @@ from fedpath.algorithms.base import (
     weighted_mean_scalars,
 )
 from fedpath.algorithms.mil_common import (
-    OwnMILClient,
+    DistillFitClient,
     architecture,
     arrays_to_bags,
-    bags_to_arrays,
-    embedding_space,
+    concat_bags,
+    guard_scalars,
     keep_model,
     own_model,
     real_bags,
+    require_one_space,
+    stack_pool,
     train_bags,
+    unstack_pool,
 )
 from fedpath.algorithms.names import DISTILL, FIT, POOL, RECEIVED, SYNTHETIC
-from fedpath.config import ConfigError
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.gmm import GMM
 from fedpath.params.mil_baselines import FedDGMParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
-
-#: the arrays of the wire format of slides (:mod:`fedpath.algorithms.mil_common`)
-KEYS = ("features", "sizes", "labels")
 
 
 def sample_slides(
@@ -102,17 +100,11 @@ def generate(real: Sequence[SlideBag], p: FedDGMParams, seed: int) -> list[Slide
     return out
 
 
-class FedDGMClient(OwnMILClient):
+class FedDGMClient(DistillFitClient):
     """Share samples of per-class mixtures; train own model on real + received."""
 
     params: FedDGMParams
-
-    def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
-        if stage == DISTILL:
-            return self.distill()
-        if stage == FIT:
-            return self.fit(payload, state)
-        raise ProtocolError(f"feddgm has no stage {stage!r}")
+    method = "feddgm"
 
     def distill(self) -> Payload:
         from fedpath.mil.privacy import guard_tokens
@@ -123,17 +115,7 @@ class FedDGMClient(OwnMILClient):
         syn, report = guard_tokens(
             generate(real, p, seed), real, p.min_token_distance, seed
         )
-        space, dim = embedding_space(ctx)
-        return Payload(
-            {SYNTHETIC: bags_to_arrays(syn)},
-            {
-                "embedding_space": space,
-                "dim": dim,
-                "num_slides": len(syn),
-                "slides_withheld": 0,
-                **report,
-            },
-        )
+        return self.synthetic_reply(syn, report)
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
@@ -176,36 +158,23 @@ class FedDGMServer(ServerAlgorithm[FedDGMParams]):
         return {c: Payload({RECEIVED: self.others(c)}, {"round": rnd}) for c in clients}
 
     def others(self, client: str) -> ArrayDict:
-        parts = [self.pool[c] for c in sorted(self.pool) if c != client]
-        if not parts:
-            return bags_to_arrays([])
-        return {k: np.concatenate([part[k] for part in parts]) for k in KEYS}
+        return concat_bags([self.pool[c] for c in sorted(self.pool) if c != client])
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
     ) -> dict[str, Scalar]:
         if stage == FIT:
             return weighted_mean_scalars(replies)
-        spaces = {
-            c: (str(r.scalars["embedding_space"]), int(r.scalars["dim"]))
-            for c, r in replies.items()
-        }
-        if len(set(spaces.values())) > 1:
-            listing = ", ".join(f"{c}: {s} (D={d})" for c, (s, d) in spaces.items())
-            raise ConfigError(
-                "FedDGM clients declare different embedding spaces; samples of "
-                f"different feature extractors are not comparable. Clients: {listing}"
-            )
+        require_one_space(
+            replies, "FedDGM", "samples of different feature extractors are not "
+            "comparable",
+        )  # fmt: skip
         self.pool = {c: dict(r.group(SYNTHETIC)) for c, r in replies.items()}
-        out: dict[str, Scalar] = {
+        return {
             "synthetic_slides": sum(len(p["sizes"]) for p in self.pool.values()),
             "synthetic_bytes": sum(r.nbytes() for r in replies.values()),
+            **guard_scalars(replies),
         }
-        for c, r in sorted(replies.items()):
-            for key in ("nn_ratio_min", "nn_ratio_median"):
-                if key in r.scalars:
-                    out[f"{key}/{c}"] = r.scalars[key]
-        return out
 
     def state(self) -> Payload:
         """The pool as one group, ``owner`` the client's index (FedHD's layout)."""
@@ -213,27 +182,12 @@ class FedDGMServer(ServerAlgorithm[FedDGMParams]):
         owners = [c for c in ids if c in self.pool]
         if not owners:
             return Payload()
-        group = {k: np.concatenate([self.pool[c][k] for c in owners]) for k in KEYS}
-        group["owner"] = np.concatenate(
-            [np.full(len(self.pool[c]["sizes"]), ids.index(c)) for c in owners]
-        ).astype(np.int64)
-        return Payload({POOL: group})
+        return Payload({POOL: stack_pool(self.pool, owners, ids)})
 
     def load_state(self, state: Payload) -> None:
         self.pool = {}
-        if POOL not in state.arrays:
-            return
-        group = state.arrays[POOL]
-        owner, sizes, row = group["owner"], group["sizes"], 0
-        for i in dict.fromkeys(owner.tolist()):
-            mine = owner == i
-            n = int(sizes[mine].sum())
-            self.pool[self.ctx.client_ids[i]] = {
-                "features": group["features"][row : row + n],
-                "sizes": sizes[mine],
-                "labels": group["labels"][mine],
-            }
-            row += n
+        if POOL in state.arrays:
+            self.pool = unstack_pool(state.arrays[POOL], self.ctx.client_ids)
 
 
 register_algorithm(

@@ -33,7 +33,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -47,17 +46,22 @@ from fedpath.algorithms.base import (
     weighted_mean_scalars,
 )
 from fedpath.algorithms.mil_common import (
-    OwnMILClient,
+    DistillFitClient,
     architecture,
     arrays_to_bags,
     arrays_to_spaced,
-    bags_to_arrays,
+    concat_bags,
+    declared_spaces,
     embedding_space,
+    guard_scalars,
     keep_model,
     own_model,
     real_bags,
     spaced_to_arrays,
+    spaces_listing,
+    stack_pool,
     train_bags,
+    unstack_pool,
 )
 from fedpath.algorithms.names import DISTILL, FIT, POOL, RECEIVED, SYNTHETIC
 from fedpath.config import ConfigError
@@ -76,17 +80,11 @@ log = logging.getLogger("fedpath")
 ADAPTERS = "adapters"
 
 
-class FedHDClient(OwnMILClient):
+class FedHDClient(DistillFitClient):
     """Distil own slides; train own MIL model on real + others' synthetic slides."""
 
     params: FedHDParams
-
-    def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
-        if stage == DISTILL:
-            return self.distill()
-        if stage == FIT:
-            return self.fit(payload, state)
-        raise ProtocolError(f"FedHD has no stage {stage!r}")
+    method = "FedHD"
 
     def synthetic_loss(self, logits: Tensor, label: Tensor) -> Tensor:
         """The noise-robust generalised cross-entropy (1 - p_y^q)/q on the slide
@@ -113,17 +111,8 @@ class FedHDClient(OwnMILClient):
                 p.min_patches,
             )
         seed = ctx.seed_for("distill") % (2**31)
-        space, dim = embedding_space(ctx)
         if not real:
-            return Payload(
-                {SYNTHETIC: bags_to_arrays([])},
-                {
-                    "embedding_space": space,
-                    "dim": dim,
-                    "num_slides": 0,
-                    "slides_withheld": withheld,
-                },
-            )
+            return self.synthetic_reply([], {}, withheld)
         opts = DistillOptions(
             components=1 if p.mode != "gmm" else p.components,
             covariance=p.covariance,
@@ -139,16 +128,7 @@ class FedHDClient(OwnMILClient):
                 real, replace(opts, init=p.init), seed=seed, too_few=p.too_few
             )
         synthetic, report = guard_tokens(synthetic, every, p.min_token_distance, seed)
-        return Payload(
-            {SYNTHETIC: bags_to_arrays(synthetic)},
-            {
-                "embedding_space": space,
-                "dim": dim,
-                "num_slides": len(synthetic),
-                "slides_withheld": withheld,
-                **report,
-            },
-        )
+        return self.synthetic_reply(synthetic, report, withheld)
 
     def received(self, state: ClientState) -> list[SlideBag]:
         """The others' synthetic slides kept in ``state``; with ``spaces: adapt``
@@ -255,18 +235,13 @@ class FedHDServer(ServerAlgorithm):
 
     def _others(self, client: str, space: str | None = None) -> ArrayDict:
         """Every other client's synthetic slides (of ``space``, if given), stacked."""
-        parts = [
-            self.pool[c]
-            for c in sorted(self.pool)
-            if c != client and space in (None, self.spaces.get(c))
-        ]
-        parts = [part for part in parts if len(part["sizes"])]
-        if not parts:
-            return bags_to_arrays([])
-        return {
-            k: np.concatenate([part[k] for part in parts])
-            for k in ("features", "sizes", "labels")
-        }
+        return concat_bags(
+            [
+                self.pool[c]
+                for c in sorted(self.pool)
+                if c != client and space in (None, self.spaces.get(c))
+            ]
+        )
 
     def _others_by_space(self, client: str) -> list[tuple[str, ArrayDict]]:
         """The other clients' slides, one stack per embedding space (sorted)."""
@@ -278,11 +253,8 @@ class FedHDServer(ServerAlgorithm):
     ) -> dict[str, Scalar]:
         if stage == FIT:
             return weighted_mean_scalars(replies)
-        spaces = {
-            c: (str(r.scalars["embedding_space"]), int(r.scalars["dim"]))
-            for c, r in replies.items()
-        }
-        listing = ", ".join(f"{c}: {s} (D={d})" for c, (s, d) in spaces.items())
+        spaces = declared_spaces(replies)
+        listing = spaces_listing(spaces)
         dims: dict[str, set[int]] = {}
         for s, d in spaces.values():
             dims.setdefault(s, set()).add(d)
@@ -305,11 +277,7 @@ class FedHDServer(ServerAlgorithm):
         out: dict[str, Scalar] = {"synthetic_slides": n, "synthetic_bytes": nbytes}
         if self.params.spaces == "adapt":
             out["embedding_spaces"] = len(dims)
-        for c, r in sorted(replies.items()):  # how close each client's tokens came
-            for key in ("nn_ratio_min", "nn_ratio_median", "slides_withheld"):
-                if key in r.scalars:
-                    out[f"{key}/{c}"] = r.scalars[key]
-        return out
+        return {**out, **guard_scalars(replies)}
 
     def state(self) -> Payload:
         """The pool as one group: every client's slides stacked in client order,
@@ -321,29 +289,20 @@ class FedHDServer(ServerAlgorithm):
         if not owners:
             return Payload()
         if self.params.spaces != "adapt":
-            return Payload({POOL: self._stack(owners)})
+            return Payload({POOL: stack_pool(self.pool, owners, ids)})
         names = sorted({self.spaces[c] for c in owners})
         arrays, scalars = spaced_to_arrays(
             [
-                (s, self._stack([c for c in owners if self.spaces[c] == s]))
+                (
+                    s,
+                    stack_pool(
+                        self.pool, [c for c in owners if self.spaces[c] == s], ids
+                    ),
+                )
                 for s in names
             ]
         )
         return Payload({POOL: arrays}, scalars)
-
-    def _stack(self, owners: Sequence[str]) -> ArrayDict:
-        ids = self.ctx.client_ids
-        stacked = {
-            k: np.concatenate([self.pool[c][k] for c in owners])
-            for k in ("features", "sizes", "labels")
-        }
-        stacked["owner"] = np.concatenate(
-            [
-                np.full(len(self.pool[c]["sizes"]), ids.index(c), np.int64)
-                for c in owners
-            ]
-        )
-        return stacked
 
     def load_state(self, state: Payload) -> None:
         self.pool, self.spaces = {}, {}
@@ -357,20 +316,10 @@ class FedHDServer(ServerAlgorithm):
             self._unstack(part, space)
 
     def _unstack(self, group: ArrayDict, space: str) -> None:
-        owner, sizes = group["owner"], group["sizes"]
-        row = 0
-        for i in dict.fromkeys(owner.tolist()):  # client order, as saved
-            mine = owner == i
-            n = int(sizes[mine].sum())
-            client = self.ctx.client_ids[i]
-            self.pool[client] = {
-                "features": group["features"][row : row + n],
-                "sizes": sizes[mine],
-                "labels": group["labels"][mine],
-            }
-            if space:
-                self.spaces[client] = space
-            row += n
+        part = unstack_pool(group, self.ctx.client_ids)
+        self.pool.update(part)
+        if space:
+            self.spaces.update(dict.fromkeys(part, space))
 
 
 register_algorithm(

@@ -21,7 +21,7 @@ from fedpath.algorithms.base import (
     ClientContext,
     ProtocolError,
 )
-from fedpath.algorithms.names import MODEL
+from fedpath.algorithms.names import DISTILL, FIT, MODEL, SYNTHETIC
 from fedpath.config import ConfigError
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, build_mil_model
@@ -205,3 +205,125 @@ class OwnMILClient(ClientAlgorithm[MILTrainParams]):
         if MODEL not in state.arrays:
             raise ProtocolError(f"client {self.ctx.client_id} has not trained yet")
         return own_model(self.ctx, state, self.params)
+
+
+class DistillFitClient(OwnMILClient):
+    """An own-model client of a one-shot synthetic-data method (FedHD, DESA,
+    FedDGM-approx): stage ``distill`` makes what it shares (round 1), ``fit``
+    trains its model. ``method`` names the algorithm in a protocol error."""
+
+    method = "this algorithm"
+
+    def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
+        if stage == DISTILL:
+            return self.distill()
+        if stage == FIT:
+            return self.fit(payload, state)
+        raise ProtocolError(f"{self.method} has no stage {stage!r}")
+
+    def distill(self) -> Payload:
+        raise NotImplementedError
+
+    def fit(self, payload: Payload, state: ClientState) -> Payload:
+        raise NotImplementedError
+
+    def synthetic_reply(
+        self,
+        synthetic: Sequence[SlideBag],
+        report: Mapping[str, Scalar],
+        withheld: int = 0,
+    ) -> Payload:
+        """The ``distill`` reply: the synthetic slides (group ``synthetic``), the
+        client's declared embedding space and dimension, how many slides it made
+        and withheld, and the token guard's report
+        (:func:`fedpath.mil.privacy.guard_tokens`)."""
+        space, dim = embedding_space(self.ctx)
+        return Payload(
+            {SYNTHETIC: bags_to_arrays(synthetic)},
+            {
+                "embedding_space": space,
+                "dim": dim,
+                "num_slides": len(synthetic),
+                "slides_withheld": withheld,
+                **report,
+            },
+        )
+
+
+def declared_spaces(replies: Mapping[str, Payload]) -> dict[str, tuple[str, int]]:
+    """Each ``distill`` reply's (embedding space, dimension)."""
+    return {
+        c: (str(r.scalars["embedding_space"]), int(r.scalars["dim"]))
+        for c, r in replies.items()
+    }
+
+
+def spaces_listing(spaces: Mapping[str, tuple[str, int]]) -> str:
+    return ", ".join(f"{c}: {s} (D={d})" for c, (s, d) in spaces.items())
+
+
+def require_one_space(replies: Mapping[str, Payload], method: str, why: str) -> None:
+    """A clear error unless every client declared the same embedding space and
+    dimension; ``why`` says what the method would do with mixed ones."""
+    spaces = declared_spaces(replies)
+    if len(set(spaces.values())) > 1:
+        raise ConfigError(
+            f"{method} clients declare different embedding spaces; {why}. "
+            f"Clients: {spaces_listing(spaces)}"
+        )
+
+
+#: the token guard's per-client figures a server logs (``<key>/<client>``)
+GUARD_KEYS = ("nn_ratio_min", "nn_ratio_median", "slides_withheld")
+
+
+def guard_scalars(replies: Mapping[str, Payload]) -> dict[str, Scalar]:
+    """How close each client's synthetic tokens came to its real patches."""
+    out: dict[str, Scalar] = {}
+    for c, r in sorted(replies.items()):
+        for key in GUARD_KEYS:
+            if key in r.scalars:
+                out[f"{key}/{c}"] = r.scalars[key]
+    return out
+
+
+#: the arrays of the wire format of slides
+BAG_KEYS = ("features", "sizes", "labels")
+
+
+def concat_bags(parts: Sequence[ArrayDict]) -> ArrayDict:
+    """Several clients' slides (wire format) as one stack; empty parts skipped."""
+    parts = [part for part in parts if len(part["sizes"])]
+    if not parts:
+        return bags_to_arrays([])
+    return {k: np.concatenate([part[k] for part in parts]) for k in BAG_KEYS}
+
+
+def stack_pool(
+    pool: Mapping[str, ArrayDict], owners: Sequence[str], ids: Sequence[str]
+) -> ArrayDict:
+    """The pooled slides of ``owners`` (in that order) as one group for a server
+    checkpoint, ``owner`` (per slide) the client's position in ``ids``: no
+    client id inside a key."""
+    stacked = {k: np.concatenate([pool[c][k] for c in owners]) for k in BAG_KEYS}
+    stacked["owner"] = np.concatenate(
+        [np.full(len(pool[c]["sizes"]), ids.index(c), np.int64) for c in owners]
+    )
+    return stacked
+
+
+def unstack_pool(group: ArrayDict, ids: Sequence[str]) -> dict[str, ArrayDict]:
+    """The inverse of :func:`stack_pool`, in the saved client order."""
+    owner, sizes = group["owner"], group["sizes"]
+    out: dict[str, ArrayDict] = {}
+    row = 0
+    for i in dict.fromkeys(owner.tolist()):
+        mine = owner == i
+        n = int(sizes[mine].sum())
+        out[ids[i]] = {
+            "features": group["features"][row : row + n],
+            "sizes": sizes[mine],
+            "labels": group["labels"][mine],
+        }
+        row += n
+    return out

@@ -240,6 +240,35 @@ def _tables(b: _Builder, exp: Experiment) -> None:
                 "the sources' validation slides</h3>"
             )
             b.add(result_table(table, key="balanced_accuracy (selected round)"))
+        _adapted_table(b, exp, methods)
+
+
+def _adapted_table(b: _Builder, exp: Experiment, methods: list[str]) -> None:
+    """The unseen domain with BatchNorm adapted to it (``evaluation.adapt_bn``),
+    beside, never instead of, the plain table; only runs that recorded it."""
+    from fedpath.evaluation.tables import build_table
+    from fedpath.runtime.experiment import collect_rows, splits_of
+
+    if "adapted" not in splits_of([exp.root]):
+        return
+    rows = [r for r in collect_rows([exp.root], "adapted") if r.method in methods]
+    rows = [r for r in rows if isinstance(r.metrics.get("balanced_accuracy"), float)]
+    if not rows:
+        return
+    blocks = [
+        (r.final or {}).get("evaluation", {}).get("adapted", {}) for r in exp.finished
+    ]
+    on = sorted({str(a.get("on")) for a in blocks if a})
+    table = _ordered(build_table(rows, metric="balanced_accuracy"), methods)
+    b.add(
+        "<h3>balanced_accuracy (%) at the unseen domain, BatchNorm adapted to its "
+        "unlabelled images</h3>"
+        f'<p class="note">Test-time BatchNorm adaptation (evaluation.adapt_bn): '
+        f"running statistics re-estimated on the target's images "
+        f"({esc(', '.join(on))}); no label is read and no weight is trained. "
+        f"{len(rows)} of {len(exp.finished)} runs recorded it.</p>"
+    )
+    b.add(result_table(table, key="balanced_accuracy (BatchNorm adapted)"))
 
 
 def _ordered(table: Any, methods: list[str]) -> Any:

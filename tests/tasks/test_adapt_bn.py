@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,21 @@ def test_with_a_test_split_the_adaptation_images_are_disjoint(tmp_path: Path) ->
     assert final["adapted"]["n"] == len(ds.split("hospital_2", "train"))
     assert final["adapted"]["target"]["n"] == len(ds.split("hospital_2", "test"))
     assert final["adapted"]["on"] == "target train split"
+    # the report shows the adapted table beside the plain one, equal to final.json
+    from fedpath.report import write_report
+
+    write_report([tmp_path], tmp_path / "r.html", figures=False)
+    html = (tmp_path / "r.html").read_text()
+    table = re.search(
+        r'data-metric="balanced_accuracy \(BatchNorm adapted\)">(.*?)</table>',
+        html,
+        re.S,
+    )
+    assert table is not None and "target train split" in html
+    cell = re.search(r'data-column="hospital_2" data-mean="([^"]+)"', table.group(1))
+    assert cell is not None
+    want = 100 * final["adapted"]["target"]["balanced_accuracy"]
+    assert float(cell.group(1)) == pytest.approx(want, abs=1e-9)
 
 
 def test_adapt_bn_config_errors_name_the_option(tmp_path: Path) -> None:

@@ -400,8 +400,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{cfg.model.backbone}, data {cfg.data.name})"
         )
 
-    if "variants" in read_yaml_mapping(args.config):
-        _, configs = load_suite(args.config, args.overrides)
+    raw = read_yaml_mapping(args.config)
+    if "variants" in raw:  # every variant, also those `default` leaves out
+        variants = raw["variants"]
+        every = list(variants) if isinstance(variants, dict) else None
+        _, configs = load_suite(args.config, args.overrides, every)
         print(f"{args.config}: valid suite ({len(configs)} variants)")
         for cfg in configs:
             print(f"  {cfg.method}: {line(cfg)}")

@@ -174,7 +174,32 @@ def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
     path = _packaged_config(files[name])
     description, configs = load_suite(path, overrides, _only(args.methods))
     metrics = suite_metrics(path) or ["accuracy", "balanced_accuracy"]
-    return _run_suite(description, configs, quiet, args.resume, metrics, args)
+    code = _run_suite(description, configs, quiet, args.resume, metrics, args)
+    if name == "stain" and not getattr(args, "status", False):
+        line = _what_it_shows(configs, metrics[-1], "fedavg")
+        if line:
+            _console(quiet).print(line)
+    return code
+
+
+def _what_it_shows(
+    configs: Sequence[ExperimentConfig], metric: str, baseline: str
+) -> str:
+    """The line under the demo's table: each method's average against
+    ``baseline``'s, and whether the gap is larger than the seed spread."""
+    from fedpath.evaluation.tables import build_table, separation
+    from fedpath.runtime.experiment import collect_rows, find_runs
+
+    outs = sorted({Path(c.output_dir) / c.name for c in configs})
+    outs = [o for o in outs if o.exists() and find_runs([o])]
+    if not outs:
+        return ""
+    labels = [c.method for c in configs]
+    rows = [r for r in collect_rows(outs, "target") if r.method in labels]
+    if not rows or not all(metric in r.metrics for r in rows):
+        return ""
+    text = separation(build_table(rows, metric=metric), baseline)
+    return f"What this shows ({metric} at the unseen hospital): {text}" if text else ""
 
 
 def _cmd_suite(args: argparse.Namespace, quiet: bool) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedpath.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping
 
-SUITE_KEYS = ("description", "base", "overrides", "variants", "metrics")
+SUITE_KEYS = ("description", "base", "overrides", "variants", "metrics", "default")
 
 
 def _strings(value: object, key: str, path: Path) -> list[str]:
@@ -56,12 +56,25 @@ def load_suite(
         )
     base = (path.parent / raw["base"]).resolve()
     common = _strings(raw.get("overrides"), "overrides", path)
-    chosen = list(variants) if only is None else list(only)
+    default = raw.get("default")
+    if default is not None and (
+        not isinstance(default, list)
+        or not default
+        or not all(isinstance(v, str) for v in default)
+    ):
+        raise ConfigError(
+            f"suite {str(path)!r}: 'default' must be a non-empty list of variant "
+            f"labels, got {default!r}"
+        )
+    # without --only: the variants named by `default`, else every variant
+    chosen = list(only) if only is not None else list(default or variants)
     missing = [v for v in chosen if v not in variants]
     if missing:
+        where = "'default' names" if only is None else "has no variant"
         raise ConfigError(
-            f"suite {str(path)!r} has no variant {missing[0]!r}; variants: "
-            f"{', '.join(map(str, variants))}"
+            f"suite {str(path)!r} {where} {missing[0]!r}"
+            + (" (no such variant)" if only is None else "")
+            + f"; variants: {', '.join(map(str, variants))}"
         )
     configs = []
     for label in chosen:

@@ -11,10 +11,26 @@ McMahan, Ramage, Talwar and Zhang (ICLR 2018). Per round:
    deviation ``noise_multiplier * clip / m`` to every coordinate (m: clients in
    the round), so one client's contribution is hidden by noise of
    ``noise_multiplier`` times its maximal influence;
-3. an RDP accountant (Opacus's ``RDPAccountant``, the ``dp`` extra) turns the
-   noise multiplier, the client sampling rate q = m / n and the rounds so far
-   into the (epsilon, delta) guarantee at the client level, reported each round
-   (``fit/epsilon`` in ``results.jsonl``) and in ``final.json``.
+3. an RDP accountant turns the noise multiplier, the client sampling and the
+   rounds so far into the (epsilon, delta) guarantee at the client level,
+   reported each round (``fit/epsilon`` in ``results.jsonl``) and in
+   ``final.json``: ``accountant: opacus`` (default; Opacus's ``RDPAccountant``,
+   the ``dp`` extra: Poisson sampling at rate q = k / n) or ``accountant:
+   flower`` (Flower's ``flwr.supercore.privacy_accounting`` RDP accountant,
+   backed by Google's ``dp-accounting``, ``pip install -e ".[dp]"``; without
+   amplification by sampling, as Flower's own DP strategy wrappers require, so
+   equal to Opacus's at q = 1 and an upper bound on it below).
+
+The clip is Flower's ``compute_clip_model_update`` and the noise's standard
+deviation Flower's ``compute_stdv`` (``flwr.supercore.differential_privacy``)
+when Flower is installed, else the same operations here (a test checks they are
+equal bit for bit). Over Flower the node applies the clip with Flower's
+``fixedclipping_mod``, after this client half has run
+(:mod:`fedpath.runtime.flower.central_dp`); the node then tells this half so
+(:data:`NODE_CLIPS`) and the update is clipped once, by the same function, so a
+run over Flower equals the run in-process bit for bit. The noise is drawn from
+fedpath's seeded generator, not with Flower's ``add_gaussian_noise_inplace``
+(unseeded ``np.random``), so a run is reproducible.
 
 BatchNorm running statistics are data-dependent and not parameters the clip
 covers, so a model with BatchNorm must keep them frozen (``train.bn: frozen``,
@@ -47,6 +63,11 @@ from fedpath.config import ConfigError
 from fedpath.params.algorithms import DPFedAvgParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 
+#: Payload scalar the node's clipping mod sets on a ``fit`` message (never the
+#: coordinator's: the mod overwrites it) when Flower's ``fixedclipping_mod`` will
+#: clip the reply after this client half: the half then leaves the clip to it.
+NODE_CLIPS = "dp/clipped_at_node"
+
 
 def _float_keys(weights: Mapping[str, np.ndarray]) -> list[str]:
     return [k for k, v in weights.items() if v.dtype.kind == "f"]
@@ -56,21 +77,75 @@ def clip_update(
     new: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray], clip: float
 ) -> tuple[ArrayDict, float]:
     """``old + (new - old) * min(1, clip / ||new - old||)`` over the floating
-    entries (others as ``new``), and the update's norm before clipping."""
+    entries of ``old`` (others as ``new``), and the update's norm before clipping.
+
+    Flower's ``compute_clip_model_update`` (the arithmetic in each entry's own
+    dtype, the entries in the order of ``old``), so the clip applied in-process
+    and the one Flower's ``fixedclipping_mod`` applies on a node give the same
+    bits. An update of norm 0 (in the entries' precision) comes back as it is.
+    """
     keys = _float_keys(old)
-    deltas = {k: new[k].astype(np.float64) - old[k].astype(np.float64) for k in keys}
-    norm = math.sqrt(sum(float((d * d).sum()) for d in deltas.values()))
-    scale = min(1.0, clip / norm) if norm > 0 else 1.0
+    sent = [np.asarray(old[k]) for k in keys]
+    update = [np.asarray(new[k]) for k in keys]
+    norm = math.sqrt(
+        sum(
+            float(np.square(u.astype(np.float64) - s.astype(np.float64)).sum())
+            for u, s in zip(update, sent, strict=True)
+        )
+    )
     out = dict(new)
-    for k in keys:
-        out[k] = (old[k].astype(np.float64) + deltas[k] * scale).astype(old[k].dtype)
+    if flower_norm(update, sent) == 0.0:  # Flower's clip would divide by zero
+        return out, norm
+    clipped = list(update)
+    flower_clip(clipped, sent, clip)
+    for k, v in zip(keys, clipped, strict=True):
+        out[k] = v
     return out, norm
+
+
+def flower_clip(
+    param1: list[np.ndarray], param2: list[np.ndarray], clip: float
+) -> None:
+    """Flower's ``compute_clip_model_update(param1, param2, clip)`` (in place on
+    the list ``param1``); the same operations where Flower is not installed."""
+    try:
+        from flwr.supercore.differential_privacy import compute_clip_model_update
+    except ImportError:
+        update = [np.subtract(x, y) for x, y in zip(param1, param2, strict=True)]
+        scale = min(1, clip / flower_norm(update))
+        for u in update:
+            u *= scale
+        for i, y in enumerate(param2):
+            param1[i] = y + update[i]
+        return
+    compute_clip_model_update(param1, param2, clip)
+
+
+def flower_norm(
+    arrays: list[np.ndarray], minus: list[np.ndarray] | None = None
+) -> float:
+    """Flower's ``get_norm`` of ``arrays`` (or of ``arrays - minus``): per-array
+    norms in the arrays' dtype, then the root of their sum of squares."""
+    if minus is not None:
+        arrays = [np.subtract(x, y) for x, y in zip(arrays, minus, strict=True)]
+    norms = [np.linalg.norm(a.flat) for a in arrays]
+    return float(np.sqrt(sum([n**2 for n in norms])))
+
+
+def noise_std(noise_multiplier: float, clip: float, clients: int) -> float:
+    """Flower's ``compute_stdv``: ``noise_multiplier * clip / clients``."""
+    try:
+        from flwr.supercore.differential_privacy import compute_stdv
+    except ImportError:
+        return float((noise_multiplier * clip) / clients)
+    return compute_stdv(noise_multiplier, clip, clients)
 
 
 def epsilon(
     noise_multiplier: float, sample_rate: float, rounds: int, delta: float
 ) -> float:
-    """Client-level epsilon after ``rounds`` rounds (RDP accountant; inf: no noise)."""
+    """Client-level epsilon after ``rounds`` rounds (Opacus's RDP accountant,
+    Poisson sampling at ``sample_rate``; inf: no noise)."""
     if noise_multiplier <= 0:
         return math.inf
     try:
@@ -78,11 +153,49 @@ def epsilon(
     except ImportError:
         raise ConfigError(
             "algorithm 'dp_fedavg' needs Opacus for its privacy accountant: "
-            'pip install -e ".[dp]"'
+            'pip install -e ".[dp]" (or algorithm.params.accountant=flower)'
         ) from None
     acc = RDPAccountant()
     acc.history = [(noise_multiplier, sample_rate, rounds)]
     return float(acc.get_epsilon(delta))
+
+
+def epsilon_flower(
+    noise_multiplier: float, sampled: int, population: int, rounds: int, delta: float
+) -> float:
+    """Client-level epsilon after ``rounds`` rounds of ``sampled`` of
+    ``population`` clients, from Flower's RDP accountant
+    (``flwr.supercore.privacy_accounting``) without amplification by sampling,
+    as Flower's ``DifferentialPrivacy*FixedClipping`` wrappers account (inf: no
+    noise)."""
+    if noise_multiplier <= 0:
+        return math.inf
+    try:
+        from flwr.supercore.privacy_accounting import (
+            GaussianPrivacyEvent,
+            NeighboringRelation,
+            PrivacyConfig,
+            SamplingMethod,
+        )
+        from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+        acc = RdpAccountant(
+            PrivacyConfig(
+                target_delta=delta,
+                population_size=population,
+                neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+                sampling_method=SamplingMethod.NO_AMPLIFICATION,
+            )
+        )
+    except ImportError as err:
+        raise ConfigError(
+            "config key 'algorithm.params.accountant': 'flower' needs Flower's "
+            f'RDP accountant ({err}): pip install -e ".[dp]" (or accountant=opacus)'
+        ) from None
+    acc.compose(
+        GaussianPrivacyEvent(noise_multiplier, sampled, population), count=rounds
+    )
+    return acc.get_epsilon(delta)
 
 
 def check_norms(model: nn.Module, bn: str) -> None:
@@ -110,6 +223,8 @@ class DPFedAvgClient(WeightsClient):
         if stage != FIT:
             raise ProtocolError(f"dp_fedavg has no stage {stage!r}")
         reply = super().handle(stage, payload, state)
+        if payload.scalars.get(NODE_CLIPS) is True:
+            return reply  # Flower's fixedclipping_mod clips it on the node, next
         # the pre-clip norm stays here: releasing it would bypass the clip
         clipped, _ = clip_update(
             reply.group(WEIGHTS), payload.group(WEIGHTS), self.params.clip
@@ -128,9 +243,20 @@ class DPFedAvgServer(FedAvgServer):
         train = ctx.task.train
         n = len(ctx.client_ids)
         k = train.clients_per_round or max(1, round(train.client_fraction * n))
+        self.population = n
+        self.sampled = min(k, n)
         self.sample_rate = min(1.0, k / n)
-        # at the start, not after a round: Opacus missing is a clear error
-        epsilon(params.noise_multiplier, self.sample_rate, 1, params.delta)
+        # at the start, not after a round: an accountant missing is a clear error
+        self.epsilon(1)
+
+    def epsilon(self, rounds: int) -> float:
+        """The client-level epsilon after ``rounds`` rounds (``accountant``)."""
+        p = self.params
+        if p.accountant == "flower":
+            return epsilon_flower(
+                p.noise_multiplier, self.sampled, self.population, rounds, p.delta
+            )
+        return epsilon(p.noise_multiplier, self.sample_rate, rounds, p.delta)
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
@@ -142,7 +268,7 @@ class DPFedAvgServer(FedAvgServer):
         m = len(cids)
         keys = _float_keys(self.weights)
         rng = np.random.default_rng(derive_seed(self.ctx.seed, rnd, "dp-noise"))
-        std = p.noise_multiplier * p.clip / m
+        std = noise_std(p.noise_multiplier, p.clip, m)
         new: ArrayDict = dict(self.weights)
         for k in keys:
             old = self.weights[k].astype(np.float64)
@@ -153,8 +279,7 @@ class DPFedAvgServer(FedAvgServer):
             new[k] = (old + total / m + noise).astype(self.weights[k].dtype)
         self.weights = new
         out: dict[str, Any] = dict(weighted_mean_scalars(replies))
-        eps = epsilon(p.noise_multiplier, self.sample_rate, rnd, p.delta)
-        out["epsilon"] = eps
+        out["epsilon"] = self.epsilon(rnd)
         out["noise_std"] = std
         return out
 
@@ -168,4 +293,14 @@ register_algorithm(
     "RDP accountant",
 )
 
-__all__ = ["DPFedAvgClient", "DPFedAvgServer", "clip_update", "epsilon"]
+__all__ = [
+    "NODE_CLIPS",
+    "DPFedAvgClient",
+    "DPFedAvgServer",
+    "clip_update",
+    "epsilon",
+    "epsilon_flower",
+    "flower_clip",
+    "flower_norm",
+    "noise_std",
+]

@@ -36,6 +36,8 @@ this module does not know (a plugin) counts as non-private. A policy file::
     max_rounds: null           # rounds a run may ask for (null: no cap)
     min_stats_noise: 0.0       # FedStain / FedCCRL stats_noise a run must use
     require_secure_aggregation: false  # weights leave only masked (SecAgg+)
+    max_dp_clip: null          # dp_fedavg clip (L2 norm of an update) at most this
+    require_dp: false          # serve only dp_fedavg runs that declare noise
 
 With ``require_secure_aggregation`` the node serves only runs whose coordinator
 uses SecAgg+ (Flower run config ``secure-aggregation = "secaggplus"``, refused
@@ -43,6 +45,14 @@ at the ``hello`` otherwise), only the algorithms SecAgg+ can carry
 (:data:`fedpath.runtime.secagg.ALGORITHMS`), and answers no stage in the clear
 but the evaluation stage (metrics): a plain ``fit`` message gets an error reply
 (:func:`plain_upload_refusal`, checked by the node's SecAgg+ mod).
+
+Client-level DP (:data:`DP_CLIPPED`, ``dp_fedavg``): the node clips every
+``fit`` reply with Flower's ``fixedclipping_mod`` to the run's
+``algorithm.params.clip`` (:mod:`fedpath.runtime.flower.central_dp`).
+``max_dp_clip`` caps that clip, i.e. how far one round's upload may move the
+model; ``require_dp`` serves only those algorithms, in runs whose
+``noise_multiplier`` is positive. The noise itself is added by the coordinator,
+so the node checks the run declares it; the clip is what the node enforces.
 
 This module imports neither PyTorch nor Flower: ``fedpath flower supernode``
 checks and prints the policy before it starts anything.
@@ -58,7 +68,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 
-from fedpath.schema import Checked, ConfigError, Ge, Range, from_mapping
+from fedpath.schema import Checked, ConfigError, Ge, Gt, Range, from_mapping
 
 if TYPE_CHECKING:
     from fedpath.config import ExperimentConfig
@@ -96,6 +106,9 @@ UPLOADS: dict[str, str] = {
 #: The algorithms that upload raw data (images, labels, real embeddings): the
 #: non-private upper bounds, served only with the hospital's explicit opt-in.
 NON_PRIVATE = frozenset({"central_supervised", "central_simclr", "pooled_mil"})
+#: The algorithms whose ``fit`` replies the node clips with Flower's
+#: ``fixedclipping_mod`` to ``algorithm.params.clip`` (client-level DP).
+DP_CLIPPED = frozenset({"dp_fedavg"})
 
 #: What a stage's reply carries (the stage names of :mod:`fedpath.algorithms.names`)
 STAGES: dict[str, str] = {
@@ -132,6 +145,10 @@ class NodePolicy(Checked):
     min_stats_noise: Annotated[float, Ge(0)] = 0.0
     #: weights leave this node only masked by SecAgg+ (module docstring)
     require_secure_aggregation: bool = False
+    #: the largest dp_fedavg clip (L2 norm of one update) the node accepts
+    max_dp_clip: Annotated[float, Gt(0)] | None = None
+    #: serve only client-level DP runs (dp_fedavg with noise_multiplier > 0)
+    require_dp: bool = False
 
     def serves(self, name: str) -> bool:
         if name in self.allow_non_private:
@@ -149,8 +166,12 @@ class NodePolicy(Checked):
             f"{self.max_statistics}, max_tokens {self.max_tokens}, max_rounds "
             f"{self.max_rounds}, min_stats_noise {self.min_stats_noise:g}"
         )
+        if self.max_dp_clip is not None:
+            caps += f", max_dp_clip {self.max_dp_clip:g}"
         if self.require_secure_aggregation:
             caps += "; weights leave only masked (require_secure_aggregation)"
+        if self.require_dp:
+            caps += "; only client-level DP runs (require_dp)"
         opted = sorted(set(self.allow_non_private))
         text = f"node policy: serves {', '.join(served + extra)}; {caps}"
         if opted:
@@ -250,7 +271,7 @@ def check_run(policy: NodePolicy, cfg: ExperimentConfig) -> None:
             f"({', '.join(policy.algorithms or ())})",
             "add it to `algorithms` in the node's policy file",
         )
-    params = _algorithm_params(cfg)
+    params = algorithm_params(cfg)
     ratio = getattr(params, "upload_ratio", None)
     if ratio is not None and float(ratio) > policy.max_upload_ratio:
         raise _refuse(
@@ -275,12 +296,42 @@ def check_run(policy: NodePolicy, cfg: ExperimentConfig) -> None:
             f"the node allows ({policy.max_tokens})",
             "lower the run's tokens or raise the node's max_tokens",
         )
+    check_dp(policy, name, params)
     if policy.max_rounds is not None and cfg.train.rounds > policy.max_rounds:
         raise _refuse(
             "max_rounds",
             f"train.rounds={cfg.train.rounds}, more than the node allows "
             f"({policy.max_rounds})",
             "lower train.rounds or raise the node's max_rounds",
+        )
+
+
+def check_dp(policy: NodePolicy, name: str, params: Any) -> None:
+    """``require_dp`` and ``max_dp_clip`` for a run of algorithm ``name``."""
+    if name not in DP_CLIPPED:
+        if policy.require_dp:
+            raise _refuse(
+                "require_dp",
+                f"algorithm {name!r} uploads {UPLOADS.get(name, 'data')} without "
+                "client-level differential privacy",
+                f"run one of {', '.join(sorted(DP_CLIPPED))}, or lift the node's "
+                "require_dp",
+            )
+        return
+    clip = float(params.clip)
+    if policy.max_dp_clip is not None and clip > policy.max_dp_clip:
+        raise _refuse(
+            "max_dp_clip",
+            f"algorithm.params.clip={clip:g}, a larger update norm than the node "
+            f"allows ({policy.max_dp_clip:g})",
+            "lower the run's clip or raise the node's max_dp_clip",
+        )
+    if policy.require_dp and float(params.noise_multiplier) <= 0:
+        raise _refuse(
+            "require_dp",
+            f"algorithm.params.noise_multiplier={float(params.noise_multiplier):g}: "
+            "the run clips but adds no noise (no privacy guarantee)",
+            "run with a positive noise_multiplier, or lift the node's require_dp",
         )
 
 
@@ -328,7 +379,7 @@ def plain_upload_refusal(
     )
 
 
-def _algorithm_params(cfg: ExperimentConfig) -> Any:
+def algorithm_params(cfg: ExperimentConfig) -> Any:
     """The run's algorithm params with their defaults (None when it takes none)."""
     from fedpath.registry import ALGORITHMS
     from fedpath.schema import resolve_params

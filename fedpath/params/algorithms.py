@@ -36,11 +36,14 @@ class DPFedAvgParams(AlgorithmParams):
     """Client-level DP-FedAvg (McMahan et al., ICLR 2018): each client's update is
     clipped to L2 norm ``clip`` before it leaves; the server averages the updates
     with equal weights and adds Gaussian noise of std ``noise_multiplier x clip /
-    m`` (m: clients in the round); (epsilon, ``delta``) from an RDP accountant."""
+    m`` (m: clients in the round); (epsilon, ``delta``) from an RDP accountant:
+    ``accountant: opacus`` (Poisson sampling at rate k / n) or ``flower``
+    (Flower's, no amplification by sampling: the same at k = n, larger below)."""
 
     clip: Annotated[float, Gt(0)] = 1.0
     noise_multiplier: Annotated[float, Ge(0)] = 1.0
     delta: Annotated[float, Range(0.0, 1.0, lo_open=True, hi_open=True)] = 1e-5
+    accountant: Literal["opacus", "flower"] = "opacus"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ Flower installed):
 - :mod:`.client_app`: the ``ClientApp`` (one hospital's node);
 - :mod:`.secagg`, :mod:`.secagg_server`: SecAgg+ on the fit stage (Flower's
   ``secaggplus_mod`` on the node, ``SecAggPlusWorkflow`` at the coordinator).
+- :mod:`.central_dp`: ``dp_fedavg``'s clip on the node (Flower's
+  ``fixedclipping_mod``).
 
 The names below are the message protocol shared by the two apps.
 """

@@ -39,6 +39,12 @@ handles messages with exactly one ArrayRecord whose keys match the reply's, i.e.
 weight-averaging algorithms without private entries (FedAvg, FedProx); other
 stages and algorithms get an error reply naming the reason.
 
+Client-level DP (``algorithm.name: dp_fedavg``): the ``fit`` replies pass
+through Flower's ``fixedclipping_mod``
+(:func:`~fedpath.runtime.flower.central_dp.node_clipping_mod`), which clips the
+update to the run's ``clip`` after the client half, on the node; the node
+policy's ``max_dp_clip`` caps that clip.
+
 Secure aggregation: messages of the coordinator's SecAgg+ workflow (run config
 ``secure-aggregation = "secaggplus"``) pass through Flower's ``secaggplus_mod``
 (:func:`~fedpath.runtime.flower.secagg.secure_aggregation_mod`), so the ``fit``
@@ -454,8 +460,17 @@ def _secure_aggregation_mod(
     return secure_aggregation_mod(msg, context, call_next)
 
 
-# SecAgg+ outermost: it masks the reply LocalDpMod has noised
-@app.train(mods=[_secure_aggregation_mod, local_dp_mod])
+def _node_clipping_mod(
+    msg: Message, context: Context, call_next: ClientAppCallable
+) -> Message:
+    from fedpath.runtime.flower.central_dp import node_clipping_mod
+
+    return node_clipping_mod(msg, context, call_next)
+
+
+# SecAgg+ outermost: it masks the reply LocalDpMod has noised; dp_fedavg's clip
+# (Flower's fixedclipping_mod) innermost, so a node's local noise is not clipped
+@app.train(mods=[_secure_aggregation_mod, local_dp_mod, _node_clipping_mod])
 def train(msg: Message, context: Context) -> Message:
     """Answer one stage of a round (every stage arrives as a ``train`` message)."""
     try:

@@ -1,5 +1,5 @@
 # fedpath: the two commands a newcomer needs.
-#   make demo   install, then train three image methods on the synthetic hospitals (about 4-5 min on 2 cores)
+#   make demo   install, then train three image methods on the synthetic hospitals (about 5 min on 2 cores)
 #   make test   install, then lint (ruff), type-check (mypy), the unit tests and the docs build
 # CPU-only PyTorch from its own index: make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
 PYTHON ?= python3

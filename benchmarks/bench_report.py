@@ -1,6 +1,6 @@
 """How long ``fedpath report`` takes on a suite, and the README's screenshot.
 
-    fedpath demo output_dir=runs                      # the demo suite (about 4 min)
+    fedpath demo output_dir=runs                      # the demo suite (about 5 min)
     python benchmarks/bench_report.py runs/demo [--screenshot docs/img/report.png]
 
 Prints the wall time of the whole report and of the page without the model

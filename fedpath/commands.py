@@ -182,8 +182,8 @@ def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
     code = _run_suite(description, configs, quiet, args.resume, metrics, args)
     if name == "stain" and not getattr(args, "status", False):
         line = _what_it_shows(configs, metrics[-1], "fedavg")
-        if line:
-            _console(quiet).print(line)
+        if line:  # part of the table, printed even when quiet (as the table is)
+            _console(False).print(line, highlight=False, markup=False)
     return code
 
 

@@ -278,7 +278,9 @@ def test_real_tiny_suite_lines(
     from fedpath.cli import main
 
     over = tiny_overrides(tmp_path, "train.rounds=2")
-    assert main(["demo", "--methods", "fedavg,fedprox", *over]) == 0
+    # the serial launcher's lines (the demo's default is one worker per core)
+    argv = ["demo", "--methods", "fedavg,fedprox", "--launcher", "serial", *over]
+    assert main(argv) == 0
     err = capsys.readouterr().err
     lines = stamped(err)
     assert lines[0] == "suite: 2 methods, 6 runs, 12 rounds"
@@ -292,7 +294,7 @@ def test_real_tiny_suite_lines(
     assert all("acc " in r for r in rounds[1::2])  # evaluated in the last round
     assert rounds[-1].endswith("eta run 0s, all 0s")
     # resumed: every run finished before, skipped and counted
-    assert main(["demo", "--methods", "fedavg,fedprox", *over, "--resume"]) == 0
+    assert main([*argv, "--resume"]) == 0
     lines = stamped(capsys.readouterr().err)
     skipped = [ln for ln in lines if ln.endswith("finished before, skipped")]
     assert [s.split()[1] for s in skipped] == [f"{i}/6" for i in range(1, 7)]

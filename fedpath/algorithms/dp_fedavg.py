@@ -69,8 +69,20 @@ from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 NODE_CLIPS = "dp/clipped_at_node"
 
 
-def _float_keys(weights: Mapping[str, np.ndarray]) -> list[str]:
+def float_keys(weights: Mapping[str, np.ndarray]) -> list[str]:
+    """The floating entries: what the clip covers."""
     return [k for k, v in weights.items() if v.dtype.kind == "f"]
+
+
+def update_norm(
+    new: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray], keys: list[str]
+) -> float:
+    """L2 norm of ``new - old`` over ``keys``, in float64."""
+    squares = (
+        np.square(new[k].astype(np.float64) - old[k].astype(np.float64)).sum()
+        for k in keys
+    )
+    return math.sqrt(sum(float(x) for x in squares))
 
 
 def clip_update(
@@ -84,15 +96,10 @@ def clip_update(
     and the one Flower's ``fixedclipping_mod`` applies on a node give the same
     bits. An update of norm 0 (in the entries' precision) comes back as it is.
     """
-    keys = _float_keys(old)
+    keys = float_keys(old)
     sent = [np.asarray(old[k]) for k in keys]
     update = [np.asarray(new[k]) for k in keys]
-    norm = math.sqrt(
-        sum(
-            float(np.square(u.astype(np.float64) - s.astype(np.float64)).sum())
-            for u, s in zip(update, sent, strict=True)
-        )
-    )
+    norm = update_norm(new, old, keys)
     out = dict(new)
     if flower_norm(update, sent) == 0.0:  # Flower's clip would divide by zero
         return out, norm
@@ -266,7 +273,7 @@ class DPFedAvgServer(FedAvgServer):
         p = self.params
         cids = sorted(replies)
         m = len(cids)
-        keys = _float_keys(self.weights)
+        keys = float_keys(self.weights)
         rng = np.random.default_rng(derive_seed(self.ctx.seed, rnd, "dp-noise"))
         std = noise_std(p.noise_multiplier, p.clip, m)
         new: ArrayDict = dict(self.weights)
@@ -300,7 +307,9 @@ __all__ = [
     "clip_update",
     "epsilon",
     "epsilon_flower",
+    "float_keys",
     "flower_clip",
     "flower_norm",
     "noise_std",
+    "update_norm",
 ]

@@ -47,7 +47,7 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from fedpath.algorithms.dp_fedavg import NODE_CLIPS
+from fedpath.algorithms.dp_fedavg import NODE_CLIPS, float_keys, update_norm
 from fedpath.algorithms.names import FIT, WEIGHTS
 from fedpath.runtime.flower import META
 from fedpath.runtime.flower.records import (
@@ -89,7 +89,7 @@ def node_clipping_mod(
         return error_reply(msg, context, err)
     if clip is None:
         return call_next(msg, context)
-    keys = [k for k, v in sent.items() if v.dtype.kind == "f"]
+    keys = float_keys(sent)
     scalars = content.config_records.get(SCALARS)
     if scalars is None:
         scalars = content[SCALARS] = ConfigRecord()
@@ -104,7 +104,7 @@ def node_clipping_mod(
             return out
         seen["reply"] = reply = records_to_payload(out.content)
         weights = _weights(reply, "reply")
-        floats = {k: Array(v) for k, v in weights.items() if v.dtype.kind == "f"}
+        floats = {k: Array(weights[k]) for k in float_keys(weights)}
         return Message(RecordDict({DP_ARRAYS: ArrayRecord(floats)}), reply_to=msg)
 
     msg.content = RecordDict(
@@ -136,7 +136,7 @@ def node_clipping_mod(
         if clipped is not None:
             record = clipped.content.array_records[DP_ARRAYS]
             weights.update({k: a.numpy() for k, a in record.items()})
-        elif _update_norm(weights, sent, keys) != 0.0:
+        elif update_norm(weights, sent, keys) != 0.0:
             raise ClipError("fixedclipping_mod failed on a non-zero update")
         check_clipped(weights, sent, clip)
         packed = any(k.startswith(PACKED) for k in out.content.array_records)
@@ -170,17 +170,6 @@ def _weights(payload: Payload, what: str) -> ArrayDict:
     return payload.arrays[WEIGHTS]
 
 
-def _update_norm(new: ArrayDict, old: ArrayDict, keys: list[str]) -> float:
-    return math.sqrt(
-        sum(
-            float(
-                np.square(new[k].astype(np.float64) - old[k].astype(np.float64)).sum()
-            )
-            for k in keys
-        )
-    )
-
-
 def check_clipped(new: ArrayDict, old: ArrayDict, clip: float) -> None:
     """Refuse a reply that is not within L2 norm ``clip`` of ``old`` on the
     floating entries (float64 norm; slack :data:`NORM_RTOL` plus half a unit in
@@ -190,7 +179,7 @@ def check_clipped(new: ArrayDict, old: ArrayDict, clip: float) -> None:
             f"the reply's entries differ from the received ones: "
             f"{sorted(set(new) ^ set(old))}"
         )
-    keys = [k for k, v in old.items() if v.dtype.kind == "f"]
+    keys = float_keys(old)
     for k, v in old.items():
         if k not in keys and not np.array_equal(new[k], v):
             raise ClipError(
@@ -200,7 +189,7 @@ def check_clipped(new: ArrayDict, old: ArrayDict, clip: float) -> None:
     for k in keys:
         if not np.all(np.isfinite(new[k])):
             raise ClipError(f"the reply's entry {k!r} is not finite")
-    norm = _update_norm(new, old, keys)
+    norm = update_norm(new, old, keys)
     rounding = math.sqrt(
         sum(
             float(np.square(np.spacing(np.abs(new[k])).astype(np.float64) / 2).sum())

@@ -179,27 +179,19 @@ def _cmd_demo(args: argparse.Namespace, quiet: bool) -> int:
         # --jobs: the cores): the same numbers on any machine, and on 2 cores in
         # about 0.6x the time of one process on 2 threads
         args.launcher = "local"
-    code = _run_suite(description, configs, quiet, args.resume, metrics, args)
-    if name == "stain" and not getattr(args, "status", False):
-        line = _what_it_shows(configs, metrics[-1], "fedavg")
-        if line:  # part of the table, printed even when quiet (as the table is)
-            _console(False).print(line, highlight=False, markup=False)
-    return code
+    baseline = "fedavg" if name == "stain" else None
+    return _run_suite(description, configs, quiet, args.resume, metrics, args, baseline)
 
 
 def _what_it_shows(
-    configs: Sequence[ExperimentConfig], metric: str, baseline: str
+    outs: Sequence[Path], labels: Sequence[str], metric: str, baseline: str
 ) -> str:
-    """The line under the demo's table: each method's average against
-    ``baseline``'s, and whether the gap is larger than the seed spread."""
+    """The line under a demo's table: each method's average of ``metric`` at the
+    unseen domain against ``baseline``'s, and whether the gap is larger than the
+    seed spread (empty when the runs cannot say)."""
     from fedpath.evaluation.tables import build_table, separation
-    from fedpath.runtime.experiment import collect_rows, find_runs
+    from fedpath.runtime.experiment import collect_rows
 
-    outs = sorted({Path(c.output_dir) / c.name for c in configs})
-    outs = [o for o in outs if o.exists() and find_runs([o])]
-    if not outs:
-        return ""
-    labels = [c.method for c in configs]
     rows = [r for r in collect_rows(outs, "target") if r.method in labels]
     if not rows or not all(metric in r.metrics for r in rows):
         return ""
@@ -224,7 +216,10 @@ def _run_suite(
     resume: bool,
     metrics: Sequence[str],
     args: argparse.Namespace | None = None,
+    baseline: str | None = None,
 ) -> int:
+    """Run ``configs`` and print their tables; with ``baseline``, the line that
+    says how each method's average compares with it (:func:`_what_it_shows`)."""
     from fedpath.runtime.experiment import find_runs, plan_runs
     from fedpath.utils.progress import make_reporter, plural
 
@@ -265,6 +260,11 @@ def _run_suite(
         _print_table(outs, metric, split, "markdown", None, quiet, labels)
     if head.lodo.source_eval and head.evaluation.protocol == "classifier":
         _print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
+    if baseline is not None and not per_client:
+        existing = [o for o in outs if o.exists()]
+        line = _what_it_shows(existing, labels, metrics[-1], baseline)
+        if line:  # part of the tables, printed even when quiet (as they are)
+            _console(False).print(line, highlight=False, markup=False)
     return code
 
 

@@ -70,11 +70,13 @@ def load_suite(
     chosen = list(only) if only is not None else list(default or variants)
     missing = [v for v in chosen if v not in variants]
     if missing:
-        where = "'default' names" if only is None else "has no variant"
+        what = (
+            f"'default' names {missing[0]!r} (no such variant)"
+            if only is None
+            else f"has no variant {missing[0]!r}"
+        )
         raise ConfigError(
-            f"suite {str(path)!r} {where} {missing[0]!r}"
-            + (" (no such variant)" if only is None else "")
-            + f"; variants: {', '.join(map(str, variants))}"
+            f"suite {str(path)!r} {what}; variants: {', '.join(map(str, variants))}"
         )
     configs = []
     for label in chosen:

@@ -10,6 +10,18 @@ domain's unlabelled images (``adabn``, :mod:`fedpath.tasks.adapt`: the images
 (``adabn+tta``), on the run's own evaluation split, read from the run's data
 (AMi-Br: ``FEDPATH_AMIBR``). Argmax decisions (no operating point) for all.
 
+BatchNorm statistics are estimated in batches of the run's
+``train.eval_batch_size`` (256 by default), as ``evaluation.adapt_bn`` and
+``fedpath adapt-bn`` do: the estimate is the mean of per-batch statistics, so
+another batch size gives slightly different statistics (before this was aligned
+the script used 64).
+
+``--eval-split test`` scores every mode on the unseen domain's test split only
+and adapts on its train split (disjoint from the scored images), whatever the
+run used; ``all`` scores and adapts on every image of the domain (transductive,
+what the ``configs/amibr/`` runs record). The model does not depend on this
+choice: the unseen domain takes no part in training.
+
     FEDPATH_AMIBR=/path/to/amibr python benchmarks/bench_test_time.py \\
         runs/amibr_lite0 --methods fedavg fedstain --modes plain adabn
 """
@@ -44,6 +56,14 @@ def main() -> None:
     ap.add_argument("--folds", nargs="*", help="only these held-out domains")
     ap.add_argument("--seeds", nargs="*", type=int, help="only these seeds")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument(
+        "--eval-split",
+        choices=("run", "all", "test"),
+        default="run",
+        help="which images of the unseen domain are scored (and which adapt): "
+        "the run's lodo.eval_split, all (adapt on the scored images) or test "
+        "(score the test split, adapt on the train split: disjoint)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -67,19 +87,25 @@ def main() -> None:
             if key not in datasets:
                 datasets[key] = load_dataset(cfg.data)
             ds = datasets[key]
-            split = ds.split(target, cfg.lodo.eval_split)  # type: ignore[attr-defined]
+            eval_split = (
+                cfg.lodo.eval_split if args.eval_split == "run" else args.eval_split
+            )
+            split = ds.split(target, eval_split)  # type: ignore[attr-defined]
             model = load_model(fpm).model
+            # the batch the run's own evaluation.adapt_bn uses: AdaBN's estimate
+            # (the mean of per-batch statistics) depends on it
+            batch = cfg.train.eval_batch_size
             t0 = time.perf_counter()
             adapted = model
             if any(m.startswith("adabn") for m in args.modes):
                 adapted = copy.deepcopy(model)
-                images, _ = adaptation_split(ds, target, cfg.lodo.eval_split)  # type: ignore[arg-type]
-                adapt_on_split(adapted, images, 64, cpu)
+                images, _ = adaptation_split(ds, target, eval_split)  # type: ignore[arg-type]
+                adapt_on_split(adapted, images, batch, cpu)
             out = {}
             for mode in args.modes:
                 net = adapted if mode.startswith("adabn") else model
                 tta = "dihedral" if mode.endswith("tta") else "none"
-                p = predict_probs(net, split, 64, cpu, tta).double().numpy()
+                p = predict_probs(net, split, batch, cpu, tta).double().numpy()
                 out[mode] = classification_metrics(split.labels, p, p.argmax(1))
             rows[cfg.method].append((target, seed, out))
             shown = ", ".join(
@@ -88,7 +114,8 @@ def main() -> None:
             )
             print(
                 f"{cfg.method:10s} {target:24s} seed {seed}: BA / AUROC {shown} "
-                f"({time.perf_counter() - t0:.0f} s)",
+                f"({eval_split}: {len(split.labels)} scored; "
+                f"{time.perf_counter() - t0:.0f} s)",
                 flush=True,
             )
     print("\nmean over runs (%; ECE as a fraction):")

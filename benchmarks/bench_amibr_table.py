@@ -64,12 +64,20 @@ def _target(rec: dict, select: str, adapted: bool = False) -> dict:
     return dict(ev["adapted"]["target"])
 
 
-def _run(argv: list[str]) -> float:
-    t0 = time.perf_counter()
+def _run(argv: list[str]) -> None:
     code = fedpath_main(argv)
     if code != 0:
         raise SystemExit(f"fedpath {' '.join(argv)} failed with exit code {code}")
-    return time.perf_counter() - t0
+
+
+def _wall(run_dir: Path) -> float:
+    """A finished run's wall time: from its ``config.yaml`` (written when it
+    starts) to its ``final.json`` (written when it ends), so runs made by an
+    earlier invocation, ``--jobs`` or a cluster are timed too. A resumed run
+    counts the time between its attempts."""
+    return (run_dir / "final.json").stat().st_mtime - (
+        run_dir / "config.yaml"
+    ).stat().st_mtime
 
 
 def _parallel(
@@ -196,11 +204,10 @@ def main() -> None:
                             / f"seed{seed}"
                         )
                         if _final(rd) is None:
-                            walls.setdefault("local", []).append(
-                                _run(["run", str(base), *over, "--quiet"])
-                            )
+                            _run(["run", str(base), *over, "--quiet"])
                         rec = _final(rd)
                         assert rec is not None
+                        walls.setdefault("local", []).append(_wall(rd))
                         per.append(_target(rec, args.select, args.adapted))
                     scores[("local", fold, seed)] = {
                         k: float(np.mean([p[k] for p in per])) for k in METRICS
@@ -208,11 +215,10 @@ def main() -> None:
                     continue
                 rd = args.out / name / m / fold / f"seed{seed}"
                 if _final(rd) is None:
-                    walls.setdefault(m, []).append(
-                        _run(["suite", str(suite), *one, "--only", m, "--quiet"])
-                    )
+                    _run(["suite", str(suite), *one, "--only", m, "--quiet"])
                 rec = _final(rd)
                 assert rec is not None
+                walls.setdefault(m, []).append(_wall(rd))
                 target = _target(rec, args.select, args.adapted)
                 scores[(m, fold, seed)] = {k: float(target[k]) for k in METRICS}
     adapted = " (BatchNorm adapted to it)" if args.adapted else ""
@@ -235,9 +241,15 @@ def main() -> None:
                 )
             avg = _cell(per_seed)
             print(f"| {m} | " + " | ".join(cells) + f" | {avg} |")
-    print("\nwall time per run (s, this invocation; local: per source hospital):")
+    print(
+        "\nwall time per run (s, config.yaml to final.json; local: per source "
+        "hospital):"
+    )
     for m, w in walls.items():
-        print(f"  {m}: {np.mean(w):.0f} mean over {len(w)} runs")
+        print(
+            f"  {m}: {np.mean(w):.0f} mean ({min(w):.0f}-{max(w):.0f}) over "
+            f"{len(w)} runs, {sum(w) / 3600:.2f} h in all"
+        )
 
 
 if __name__ == "__main__":

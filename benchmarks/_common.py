@@ -22,6 +22,16 @@ def amibr_root(data: str | None, hint: str = "") -> str:
     return data
 
 
+def run_wall(run_dir: Path) -> float:
+    """A finished run's wall time in seconds: from its ``config.yaml`` (written
+    when it starts) to its ``final.json`` (written when it ends), so runs made
+    by an earlier invocation, ``--jobs`` or a cluster are timed too. A resumed
+    run counts the time between its attempts."""
+    return (run_dir / "final.json").stat().st_mtime - (
+        run_dir / "config.yaml"
+    ).stat().st_mtime
+
+
 def setup_threads() -> int:
     threads = int(os.environ.get("FEDPATH_BENCH_THREADS", "2"))
     torch.set_num_threads(threads)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _common import amibr_root
+from _common import amibr_root, run_wall
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
@@ -68,16 +68,6 @@ def _run(argv: list[str]) -> None:
     code = fedpath_main(argv)
     if code != 0:
         raise SystemExit(f"fedpath {' '.join(argv)} failed with exit code {code}")
-
-
-def _wall(run_dir: Path) -> float:
-    """A finished run's wall time: from its ``config.yaml`` (written when it
-    starts) to its ``final.json`` (written when it ends), so runs made by an
-    earlier invocation, ``--jobs`` or a cluster are timed too. A resumed run
-    counts the time between its attempts."""
-    return (run_dir / "final.json").stat().st_mtime - (
-        run_dir / "config.yaml"
-    ).stat().st_mtime
 
 
 def _parallel(
@@ -207,7 +197,7 @@ def main() -> None:
                             _run(["run", str(base), *over, "--quiet"])
                         rec = _final(rd)
                         assert rec is not None
-                        walls.setdefault("local", []).append(_wall(rd))
+                        walls.setdefault("local", []).append(run_wall(rd))
                         per.append(_target(rec, args.select, args.adapted))
                     scores[("local", fold, seed)] = {
                         k: float(np.mean([p[k] for p in per])) for k in METRICS
@@ -218,7 +208,7 @@ def main() -> None:
                     _run(["suite", str(suite), *one, "--only", m, "--quiet"])
                 rec = _final(rd)
                 assert rec is not None
-                walls.setdefault(m, []).append(_wall(rd))
+                walls.setdefault(m, []).append(run_wall(rd))
                 target = _target(rec, args.select, args.adapted)
                 scores[(m, fold, seed)] = {k: float(target[k]) for k in METRICS}
     adapted = " (BatchNorm adapted to it)" if args.adapted else ""

@@ -40,7 +40,7 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
-from _common import amibr_root, setup_threads
+from _common import amibr_root, run_wall, setup_threads
 
 from fedpath.config import ExperimentConfig, ModelConfig, load_config
 from fedpath.evaluation.tables import ResultRow
@@ -263,10 +263,7 @@ def main() -> None:
         )
         if len(finished(out)) < len(args.seeds):  # else: reuse (e.g. run in parallel)
             run_experiment(cfg, dataset=dataset)
-        wall[method] = sum(
-            f.stat().st_mtime - (f.parent / "config.yaml").stat().st_mtime
-            for f in finished(out)
-        )
+        wall[method] = sum(run_wall(f.parent) for f in finished(out))
         rows[method] = collect_rows([out], "clients")
         for r in rows[method]:
             labels.setdefault(r.target, pairing(base, task, r.target))

@@ -38,12 +38,16 @@ this module does not know (a plugin) counts as non-private. A policy file::
     require_secure_aggregation: false  # weights leave only masked (SecAgg+)
     max_dp_clip: null          # dp_fedavg clip (L2 norm of an update) at most this
     require_dp: false          # serve only dp_fedavg runs that declare noise
+    share_validation_predictions: false  # validation probabilities + labels may
+                               # leave (temperature, operating point)
 
 With ``require_secure_aggregation`` the node serves only runs whose coordinator
 uses SecAgg+ (Flower run config ``secure-aggregation = "secaggplus"``, refused
 at the ``hello`` otherwise), only the algorithms SecAgg+ can carry
 (:data:`fedpath.runtime.secagg.ALGORITHMS`), and answers no stage in the clear
-but the evaluation stage (metrics): a plain ``fit`` message gets an error reply
+but the evaluation and validation stages (metrics; validation predictions
+only with ``share_validation_predictions``): a plain ``fit`` message gets an
+error reply
 (:func:`plain_upload_refusal`, checked by the node's SecAgg+ mod).
 
 Client-level DP (:data:`DP_CLIPPED`, ``dp_fedavg``): the node clips every
@@ -118,7 +122,12 @@ STAGES: dict[str, str] = {
     "amplitude": "amplitude spectra",
     "upload": "raw data (images, labels or real embeddings)",
     "fedpath.evaluate": "metrics",
+    "fedpath.validate": "validation metrics (and, with "
+    "share_validation_predictions, validation predictions)",
 }
+#: The stages whose replies are metrics (answered in the clear even with
+#: ``require_secure_aggregation``)
+METRICS_STAGES = ("fedpath.evaluate", "fedpath.validate")
 RAW_STAGE = "upload"
 #: node-config key holding the policy (YAML text of the mapping)
 NC_POLICY = "policy"
@@ -149,6 +158,9 @@ class NodePolicy(Checked):
     max_dp_clip: Annotated[float, Gt(0)] | None = None
     #: serve only client-level DP runs (dp_fedavg with noise_multiplier > 0)
     require_dp: bool = False
+    #: let the class probabilities and labels of the validation slides leave
+    #: (temperature scaling and the operating point, ``partition.validation``)
+    share_validation_predictions: bool = False
 
     def serves(self, name: str) -> bool:
         if name in self.allow_non_private:
@@ -172,6 +184,8 @@ class NodePolicy(Checked):
             caps += "; weights leave only masked (require_secure_aggregation)"
         if self.require_dp:
             caps += "; only client-level DP runs (require_dp)"
+        if self.share_validation_predictions:
+            caps += "; shares validation predictions (share_validation_predictions)"
         opted = sorted(set(self.allow_non_private))
         text = f"node policy: serves {', '.join(served + extra)}; {caps}"
         if opted:
@@ -363,13 +377,12 @@ def check_secure_aggregation(
         )
 
 
-def plain_upload_refusal(
-    policy: NodePolicy, stage: str, metrics_stage: str
-) -> PolicyError | None:
+def plain_upload_refusal(policy: NodePolicy, stage: str) -> PolicyError | None:
     """The refusal of a stage message outside SecAgg+ (None: it may be
-    answered): with ``require_secure_aggregation`` only ``metrics_stage`` (the
-    evaluation, metrics only) is answered in the clear."""
-    if not policy.require_secure_aggregation or stage == metrics_stage:
+    answered): with ``require_secure_aggregation`` only the
+    :data:`METRICS_STAGES` (evaluation and validation) are answered in the
+    clear."""
+    if not policy.require_secure_aggregation or stage in METRICS_STAGES:
         return None
     return _refuse(
         "require_secure_aggregation",

@@ -52,7 +52,13 @@ from fedpath.runtime.persistence import (  # noqa: F401  (re-exported names)
     save_final,
     write_checkpoint,
 )
-from fedpath.runtime.selection import Selector, exported_decision
+from fedpath.runtime.selection import (
+    Selector,
+    ValidationPredictions,
+    exported_decision,
+    validation_metrics,
+    validation_predictions,
+)
 from fedpath.runtime.tracking import NO_TRACKING, Tracker, open_tracker
 from fedpath.types import ArrayDict, ClientState, Payload
 from fedpath.utils.io import append_jsonl, atomic_write_text
@@ -195,7 +201,7 @@ class InProcessRun:
                 target = self.eval_splits[("target", self.fold.target)]
                 load, model = self._load_eval_weights, self.eval_model
                 final = final | self.selector.final(
-                    self.task, model, load, last, target
+                    self.task, model, load, last, target, self.validation_predictions
                 )
             if self.cfg.evaluation.adapt_bn and last is not None:
                 final = self._adapted(final, last)
@@ -346,7 +352,8 @@ class InProcessRun:
             evaluate_classifier(self.task, self.eval_model, self.eval_splits, record)
         )
         if self.selector is not None:
-            val = self.selector.score(rnd, self.task, self.eval_model, weights, record)
+            per_client = self.validation_metrics(rnd, weights)
+            val = self.selector.score(rnd, per_client, weights, record)
             out["validation"] = val
             summary = {"validation": val["value"], **self.selector.summary()}
             self._append("selection", rnd, summary)
@@ -423,6 +430,23 @@ class InProcessRun:
                 self.server.evaluate_payload(cid), self.states[cid]
             )
         return out
+
+    def validation_metrics(
+        self, rnd: int, weights: ArrayDict
+    ) -> dict[str, Mapping[str, Any]]:
+        """Hook: each source client's metrics of the global ``weights`` on its
+        validation slides (already in :attr:`eval_model`; Flower: a
+        ``fedpath.validate`` stage on the nodes)."""
+        assert self.selector is not None
+        splits = self.selector.splits
+        return dict(validation_metrics(self.task, self.eval_model, splits))
+
+    def validation_predictions(self, weights: ArrayDict) -> ValidationPredictions:
+        """Hook: the pooled validation predictions of ``weights``, client by
+        client (Flower: from the nodes whose policy shares them)."""
+        assert self.selector is not None
+        self._load_eval_weights(weights)
+        return validation_predictions(self.task, self.eval_model, self.selector.splits)
 
     def _adapted(self, final: dict[str, Any], last: ArrayDict) -> dict[str, Any]:
         """``evaluation.adapt_bn``: the target metrics of the last (and of the

@@ -27,6 +27,7 @@ from fedpath.deploy.policy import (
     load_policy,
     node_policy,
     parse_policy,
+    plain_upload_refusal,
 )
 from fedpath.runtime.flower import RC_CONFIG
 from fedpath.runtime.flower.client_app import app as client_app
@@ -156,6 +157,23 @@ def test_stages_and_replies(tmp_path: Path) -> None:
     slides = Payload({"synthetic": {"sizes": np.array([50, 80])}})
     with pytest.raises(PolicyError, match=r"\(max_tokens\): a synthetic slide of 80"):
         check_reply(parse_policy({"max_tokens": 64}, "x"), cfg, "distill", slides, None)
+
+
+def test_validation_predictions_are_the_hospitals_choice() -> None:
+    """The validation stage answers metrics in the clear even under SecAgg+;
+    its predictions leave only with share_validation_predictions."""
+    strict = parse_policy({"require_secure_aggregation": True}, "x")
+    for stage in ("fedpath.evaluate", "fedpath.validate"):
+        assert plain_upload_refusal(strict, stage) is None
+    refusal = plain_upload_refusal(strict, "fit")
+    assert refusal is not None and "require_secure_aggregation" in str(refusal)
+    assert NodePolicy().share_validation_predictions is False
+    sharing = parse_policy({"share_validation_predictions": True}, "x")
+    assert "share_validation_predictions" in sharing.summary()
+    assert "share_validation_predictions" not in NodePolicy().summary()
+    assert node_policy({NC_POLICY: sharing.to_yaml()}) == sharing
+    with pytest.raises(ConfigError, match="share_validation_predictions"):
+        parse_policy({"share_validation_predictions": "sometimes"}, "x")
 
 
 # ------------------------------------------------------------- through the ClientApp

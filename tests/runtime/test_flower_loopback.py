@@ -223,6 +223,61 @@ def test_grid_partitions_of_one_hospital_equal_in_process(
     assert_same_run(cfg, in_process(tmp_path, *extra))
 
 
+#: training-domain validation with an operating point (tests/runtime/test_inprocess.py)
+VALIDATE = ("partition.validation=0.3", "evaluation.target_sensitivity=0.9")
+SHARE = {"policy": "{share_validation_predictions: true}"}
+
+
+def final_evaluation(cfg: ExperimentConfig) -> dict[str, Any]:
+    run_dir = run_dir_for(cfg, cfg.lodo.targets[0], 0)
+    return dict(json.loads((run_dir / "final.json").read_text())["evaluation"])
+
+
+def test_training_domain_validation_over_flower(
+    tmp_path: Path, task_identity: None
+) -> None:
+    """Round selection from the nodes' validation metrics equals in-process; the
+    temperature and the operating point come from the predictions of the nodes
+    whose policy shares them, and only from those."""
+    ids = ("hospital_0/c0", "hospital_1/c0")
+    ref = in_process(tmp_path, *VALIDATE)
+    expected = final_evaluation(ref)
+    assert "operating_point" in expected["selected"]
+
+    every = config(tmp_path / "every", *VALIDATE)
+    run_over_grid(every, nodes_for(*ids, hospital_0=SHARE, hospital_1=SHARE))
+    assert_same_run(every, ref)  # the validation lines are eval lines
+    assert [r["split"] for r in records(every, "eval")].count("validation") == 4
+    assert records(every, "selection") == records(ref, "selection")
+    assert final_evaluation(every) == expected
+    # what left the nodes for validation: metrics each round, then predictions
+    traffic = read_jsonl(run_dir_for(every, "hospital_2", 0) / "traffic.jsonl")
+    sent = [t["sent"] for t in traffic if t["stage"] == "fedpath.validate"]
+    assert len(sent) == 2 * 2 + 2 * 2  # 2 rounds + last and selected, 2 clients
+    assert sent[:4] == [[]] * 4  # metrics are scalars
+    shared = [[(g, k) for g, k, *_ in s] for s in sent[4:]]
+    assert shared == [[("validation", "labels"), ("validation", "probs")]] * 4
+
+    one = config(tmp_path / "one", *VALIDATE)
+    run_over_grid(one, nodes_for(*ids, hospital_0=SHARE))
+    got = final_evaluation(one)
+    assert got["selected"]["round"] == expected["selected"]["round"]
+    assert got["target"] == expected["target"]
+    val = got["calibrated"]["validation"]
+    assert list(val["left_out"]) == ["hospital_1/c0"]
+    assert "share_validation_predictions is false" in val["left_out"]["hospital_1/c0"]
+    assert 0 < val["n"] < expected["calibrated"]["validation"]["n"]
+    assert got["operating_point"]["validation"]["sensitivity"] >= 0.9
+
+    none = config(tmp_path / "none", *VALIDATE)
+    run_over_grid(none, nodes_for(*ids))  # the default policy shares nothing
+    got = final_evaluation(none)
+    assert got["selected"]["round"] == expected["selected"]["round"]
+    assert "calibrated" not in got and "operating_point" not in got
+    assert "share_validation_predictions" in got["calibration_skipped"]
+    assert "calibration_skipped" in got["selected"]
+
+
 def test_failed_and_silent_clients_are_logged_and_rounds_go_on(
     tmp_path: Path, task_identity: None, caplog: pytest.LogCaptureFixture
 ) -> None:

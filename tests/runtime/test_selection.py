@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import pytest
 
-from fedpath.runtime.selection import Selected, better, exported_decision, mean_defined
+from fedpath.runtime.selection import (
+    Selected,
+    ValidationPredictions,
+    better,
+    exported_decision,
+    mean_defined,
+    validation_reply,
+)
+from fedpath.types import Payload
 
 
 def test_better_keeps_the_earlier_round_on_ties_and_never_picks_nan() -> None:
@@ -41,3 +51,22 @@ def test_exported_decision_follows_the_exported_weights() -> None:
         "target_sensitivity": None,
     }
     assert exported_decision({"target": {}}, "last") == {}
+
+
+def test_validation_predictions_pool_in_client_order_and_name_who_is_missing() -> None:
+    a = (np.array([0, 1]), np.array([[0.9, 0.1], [0.2, 0.8]]))
+    b = (np.array([1]), np.array([[0.4, 0.6]]))
+    pooled = ValidationPredictions.pool(["a", "b", "c"], {"b": b, "a": a}, {"c": "x"})
+    assert pooled.clients == ["a", "b"] and pooled.left_out == {"c": "x"}
+    assert pooled.labels.tolist() == [0, 1, 1]
+    assert np.array_equal(pooled.probs, np.concatenate([a[1], b[1]]))
+    empty = ValidationPredictions.pool(["a"], {}, {"a": "refused"})
+    assert empty.clients == [] and empty.labels.size == 0
+
+
+def test_a_validate_message_with_an_unknown_mode_is_refused() -> None:
+    task: Any = None  # neither answer needs the task: no model is built
+    with pytest.raises(ValueError, match="mode 'everything'"):
+        validation_reply(task, 0, None, Payload({}, {"mode": "everything"}), True)
+    reply = validation_reply(task, 0, None, Payload({}, {"mode": "metrics"}), True)
+    assert "no validation slides" in str(reply.scalars["refused"])

@@ -41,6 +41,10 @@ STAGE_MESSAGE = "train"
 #: Stage (in the header) asking a client to evaluate its deployed model on its own
 #: test split (``evaluation.protocol: local``); the reply carries metrics only.
 EVALUATE_STAGE = "fedpath.evaluate"
+#: Stage asking a source client to score the global weights on its validation
+#: slides (``partition.validation``): metrics every round; at the end, its
+#: predictions if its policy shares them (:mod:`fedpath.runtime.selection`).
+VALIDATE_STAGE = "fedpath.validate"
 #: Query asking a node which fedpath client it serves.
 HELLO_MESSAGE = "query.hello"
 

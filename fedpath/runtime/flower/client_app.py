@@ -98,6 +98,7 @@ from fedpath.runtime.flower import (
     PROTOCOL,
     RC_CONFIG,
     STATE_PREFIX,
+    VALIDATE_STAGE,
 )
 from fedpath.runtime.flower.records import (
     clear_records,
@@ -360,12 +361,19 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
     payload: Payload = records_to_payload(content)
     if stage == EVALUATE_STAGE:  # only metrics leave the node, never predictions
         reply = Payload({}, half.evaluate(payload, state))
+    elif stage == VALIDATE_STAGE:  # metrics; predictions only if the policy says so
+        from fedpath.runtime.selection import validation_reply
+
+        task = node_run_context(cfg, dataset).task
+        share = policy.share_validation_predictions
+        reply = validation_reply(task, seed, client.validation, payload, share)
     else:
         reply = half.handle(stage, payload, state)
     check_reply(policy, cfg, stage, reply, getattr(dataset, "image_size", None))
     clear_records(context.state, prefix)
     payload_to_records(state, context.state, prefix)
-    if state_dir and stage != EVALUATE_STAGE:  # evaluating leaves the state as is
+    scoring = stage in (EVALUATE_STAGE, VALIDATE_STAGE)
+    if state_dir and not scoring:  # scoring leaves the state as is
         save_state(Path(str(state_dir)), cfg, cid, target, seed, rnd, state)
     # packed (fewer Flower objects), except for LocalDpMod, which works per array
     content = payload_to_records(reply, pack=NC_DP_CLIP not in context.node_config)

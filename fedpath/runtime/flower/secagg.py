@@ -55,7 +55,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 
 from fedpath.algorithms.names import WEIGHTS
 from fedpath.config import ConfigError
-from fedpath.runtime.flower import EVALUATE_STAGE, META, PROTOCOL
+from fedpath.runtime.flower import META, PROTOCOL
 from fedpath.runtime.flower.records import (
     RecordError,
     header_int,
@@ -107,9 +107,7 @@ def secure_aggregation_mod(
         stage = meta.get("stage") if meta is not None else None
         refusal: Exception | None
         try:
-            refusal = plain_upload_refusal(
-                node_policy(context.node_config), str(stage), EVALUATE_STAGE
-            )
+            refusal = plain_upload_refusal(node_policy(context.node_config), str(stage))
         except ConfigError as err:
             refusal = err
         if refusal is not None:

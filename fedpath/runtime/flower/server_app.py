@@ -33,10 +33,16 @@ stage of the weight-averaging algorithms runs through Flower's SecAgg+ workflow
 with weight 1, so the server half averages exactly that, and a client that
 dropped out is missing as from any stage.
 
-Training-domain validation (``partition.validation`` > 0: round selection,
-temperature, operating point) is refused for now: the validation slides stay on
-the nodes, and only metrics leave a node, while the temperature and the threshold
-are fitted on the pooled validation predictions.
+Training-domain validation (``partition.validation`` > 0): the validation
+slides stay on the nodes. Every evaluation round each source node scores the
+global weights on its own validation slides (stage ``fedpath.validate``, metrics
+only) and the coordinator selects the round from their mean, as in-process. At
+the end the temperature and the operating point are fitted on the validation
+predictions (class probabilities and labels) of the nodes whose policy has
+``share_validation_predictions: true``; the others are named in the
+``calibrated`` block's ``left_out`` (no node shares: no calibration,
+``calibration_skipped``). With every node sharing, the run equals the
+in-process one exactly.
 """
 
 from __future__ import annotations
@@ -48,10 +54,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from fedpath.algorithms.names import FIT
+from fedpath.algorithms.names import FIT, WEIGHTS
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import LodoFold
@@ -61,6 +68,7 @@ from fedpath.runtime.flower import (
     META,
     PROTOCOL,
     STAGE_MESSAGE,
+    VALIDATE_STAGE,
 )
 from fedpath.runtime.flower.client_app import experiment_from_run_config
 from fedpath.runtime.flower.nodes import (
@@ -76,8 +84,15 @@ from fedpath.runtime.flower.records import (
 )
 from fedpath.runtime.flower.secagg_server import SecureFit
 from fedpath.runtime.inprocess import RESULTS, InProcessRun
+from fedpath.runtime.selection import (
+    REFUSED,
+    VALIDATE_METRICS,
+    VALIDATE_PREDICTIONS,
+    VALIDATION,
+    ValidationPredictions,
+)
 from fedpath.tasks import prepare_dataset
-from fedpath.types import Payload
+from fedpath.types import ArrayDict, Payload
 from fedpath.utils.io import append_jsonl
 from fedpath.utils.progress import Reporter
 
@@ -99,14 +114,6 @@ class FlowerRun(InProcessRun):
         directory: NodeDirectory | None = None,
         reporter: Reporter | None = None,
     ) -> None:
-        if cfg.partition.validation > 0:
-            raise ConfigError(
-                "config key 'partition.validation': expected 0 over Flower, got "
-                f"{cfg.partition.validation:g}; training-domain validation (round "
-                "selection, temperature scaling, the operating point) runs "
-                "in-process only for now (`fedpath run`): the validation slides "
-                "stay on the nodes"
-            )
         super().__init__(cfg, dataset, fold, seed, run_dir, reporter)
         self.grid = grid
         self.settings = settings
@@ -255,6 +262,48 @@ class FlowerRun(InProcessRun):
         messages = {cid: self.server.evaluate_payload(cid) for cid in self.by_id}
         replies, _ = self.exchange(EVALUATE_STAGE, rnd, messages)
         return {cid: reply.scalars for cid, reply in replies.items()}
+
+    def _validate(self, rnd: int, weights: ArrayDict, mode: str) -> dict[str, Payload]:
+        """One ``fedpath.validate`` stage to every source client with validation
+        slides; their replies (recorded in ``traffic.jsonl`` as any stage's)."""
+        assert self.selector is not None
+        self.discover()
+        messages = {
+            cid: Payload({WEIGHTS: weights}, {"mode": mode})
+            for cid in self.selector.splits
+        }
+        replies, info = self.exchange(VALIDATE_STAGE, rnd, messages)
+        self._audit(VALIDATE_STAGE, rnd, messages, replies, info["sent"])
+        return replies
+
+    def validation_metrics(
+        self, rnd: int, weights: ArrayDict
+    ) -> dict[str, Mapping[str, Any]]:
+        """Each node's metrics of ``weights`` on its validation slides."""
+        replies = self._validate(rnd, weights, VALIDATE_METRICS)
+        return {c: r.scalars for c, r in replies.items() if REFUSED not in r.scalars}
+
+    def validation_predictions(self, weights: ArrayDict) -> ValidationPredictions:
+        """The validation predictions of the nodes that share them."""
+        assert self.selector is not None
+        replies = self._validate(self.cfg.train.rounds, weights, VALIDATE_PREDICTIONS)
+        per: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        left_out: dict[str, str] = {}
+        for cid in self.selector.splits:
+            reply = replies.get(cid)
+            if reply is None:
+                left_out[cid] = "no reply (see the run's failure records)"
+            elif REFUSED in reply.scalars:
+                left_out[cid] = str(reply.scalars[REFUSED])
+            else:
+                got = reply.arrays.get(VALIDATION, {})
+                if "labels" not in got or "probs" not in got:
+                    left_out[cid] = "reply without validation labels and probs"
+                    continue
+                per[cid] = (got["labels"], got["probs"])
+        if left_out:
+            log.warning("validation predictions left out: %s", left_out)
+        return ValidationPredictions.pool(list(self.selector.splits), per, left_out)
 
     def _header(self, stage: str, rnd: int, cid: str) -> ConfigRecord:
         return ConfigRecord(

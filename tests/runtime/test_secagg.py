@@ -9,6 +9,7 @@ keys is unmasked out of the sum, and what SecAgg+ cannot carry is refused.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 import fedpath.runtime.flower.secagg as secagg
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.deploy.policy import NC_POLICY, NodePolicy, PolicyError
+from fedpath.runtime.experiment import run_dir_for
 from fedpath.runtime.flower import RC_CONFIG
 from fedpath.runtime.flower.client_app import app as client_app
 from fedpath.runtime.flower.nodes import FlowerSettings
@@ -186,7 +188,7 @@ def test_secagg_fedavg_equals_plain_within_the_bound_and_hides_uploads(
 
 
 def initial_weights(cfg: ExperimentConfig) -> dict[str, np.ndarray]:
-    from fedpath.runtime.experiment import load_dataset, plan_runs, run_dir_for
+    from fedpath.runtime.experiment import load_dataset, plan_runs
     from fedpath.runtime.inprocess import InProcessRun
 
     dataset = load_dataset(cfg.data)
@@ -289,6 +291,27 @@ def test_a_node_requiring_secagg_refuses_plain_runs_and_stages(tmp_path: Path) -
     with pytest.raises(PolicyError, match="secure aggregation cannot carry"):
         check_secure_aggregation(policy, stain, "secaggplus")
     assert "require_secure_aggregation" in policy.summary()
+
+
+def test_a_node_requiring_secagg_answers_validation_in_the_clear(
+    tmp_path: Path,
+) -> None:
+    """Round selection and calibration under SecAgg+: the weights leave masked,
+    the validation metrics (and the shared predictions) in the clear."""
+    over = ("partition.validation=0.3", "train.rounds=2")
+    cfg = config(tmp_path / "flower", *over, base=list(FOUR))
+    policy = NodePolicy(
+        require_secure_aggregation=True, share_validation_predictions=True
+    )
+    strict = {NC_POLICY: policy.to_yaml()}
+    run_secure(cfg, nodes_for(*CLIENTS, **{c[:10]: strict for c in CLIENTS}))
+    assert records(cfg, "failure") == []
+    assert len(records(cfg, "selection")) == 2
+    run_dir = run_dir_for(cfg, "hospital_3", 0)
+    final = json.loads((run_dir / "final.json").read_text())["evaluation"]
+    assert final["calibrated"]["temperature"] > 0
+    assert "left_out" not in final["calibrated"]["validation"]
+    assert final["selected"]["round"] in (1, 2)
 
 
 def test_error_bound_formula() -> None:

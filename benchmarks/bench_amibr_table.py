@@ -37,7 +37,9 @@ from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
 
 FOLDS = ("MIDOG21_HamamatsuXR", "MIDOG21_HamamatsuS360", "MIDOG21_AperioCS2", "TUPAC16")
-METRICS = ("balanced_accuracy", "auroc")
+METRICS = ("balanced_accuracy", "auroc", "ece")
+#: printed in % (ECE as it is, 0-1)
+PERCENT = ("balanced_accuracy", "auroc")
 
 
 def _final(run_dir: Path) -> dict | None:
@@ -109,10 +111,10 @@ def _parallel(
     print(f"all cells in {time.perf_counter() - t0:.0f} s with --jobs {args.jobs}")
 
 
-def _cell(values: list[float]) -> str:
+def _cell(values: list[float], digits: int = 2) -> str:
     """mean ± sample std (ddof 1, as fedpath's tables; 0 for one value)."""
     std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return f"{np.mean(values):.2f} ± {std:.2f}"
+    return f"{np.mean(values):.{digits}f} ± {std:.{digits}f}"
 
 
 def main() -> None:
@@ -200,7 +202,8 @@ def main() -> None:
                         walls.setdefault("local", []).append(run_wall(rd))
                         per.append(_target(rec, args.select, args.adapted))
                     scores[("local", fold, seed)] = {
-                        k: float(np.mean([p[k] for p in per])) for k in METRICS
+                        k: float(np.mean([p.get(k, np.nan) for p in per]))
+                        for k in METRICS
                     }
                     continue
                 rd = args.out / name / m / fold / f"seed{seed}"
@@ -210,11 +213,15 @@ def main() -> None:
                 assert rec is not None
                 walls.setdefault(m, []).append(run_wall(rd))
                 target = _target(rec, args.select, args.adapted)
-                scores[(m, fold, seed)] = {k: float(target[k]) for k in METRICS}
+                scores[(m, fold, seed)] = {
+                    k: float(target.get(k, np.nan)) for k in METRICS
+                }
     adapted = " (BatchNorm adapted to it)" if args.adapted else ""
     for metric in METRICS:
+        scale, digits = (100, 2) if metric in PERCENT else (1, 3)
+        unit = " (%)" if metric in PERCENT else " (expected calibration error)"
         print(
-            f"\n{metric} (%) at the unseen scanner{adapted}, {args.backbone}, "
+            f"\n{metric}{unit} at the unseen scanner{adapted}, {args.backbone}, "
             f"mean ± std "
             f"over seeds {args.seeds}\n"
         )
@@ -223,13 +230,13 @@ def main() -> None:
         for m in args.methods:
             cells, per_seed = [], []
             for fold in args.folds:
-                v = [100 * scores[(m, fold, s)][metric] for s in args.seeds]
-                cells.append(_cell(v))
+                v = [scale * scores[(m, fold, s)][metric] for s in args.seeds]
+                cells.append(_cell(v, digits))
             for s in args.seeds:
                 per_seed.append(
-                    np.mean([100 * scores[(m, f, s)][metric] for f in args.folds])
+                    np.mean([scale * scores[(m, f, s)][metric] for f in args.folds])
                 )
-            avg = _cell(per_seed)
+            avg = _cell([float(x) for x in per_seed], digits)
             print(f"| {m} | " + " | ".join(cells) + f" | {avg} |")
     print(
         "\nwall time per run (s, config.yaml to final.json; local: per source "

@@ -525,14 +525,3 @@ def test_validation_without_slides_to_hold_out_names_the_key(tmp_path: Path) -> 
     ds = load_dataset(cfg.data)
     with pytest.raises(ConfigError, match="'partition.validation': 0.3 held out no"):
         InProcessRun(cfg, ds, lodo_plan(ds, ["hospital_2"])[0], 0, tmp_path / "r")
-
-
-def test_flower_refuses_validation_naming_the_key(tmp_path: Path) -> None:
-    pytest.importorskip("flwr")
-    from fedpath.runtime.flower.server_app import FlowerRun
-
-    cfg = load_config(None, tiny_overrides(tmp_path, "partition.validation=0.3"))
-    ds = load_dataset(cfg.data)
-    fold = lodo_plan(ds, ["hospital_2"])[0]
-    with pytest.raises(ConfigError, match="'partition.validation': expected 0 over"):
-        FlowerRun(cfg, ds, fold, 0, tmp_path / "r", None, None)  # type: ignore[arg-type]

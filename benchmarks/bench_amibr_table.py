@@ -111,6 +111,18 @@ def _parallel(
     print(f"all cells in {time.perf_counter() - t0:.0f} s with --jobs {args.jobs}")
 
 
+def _split_overrides(args: argparse.Namespace) -> None:
+    """``--methods a b train.rounds=8`` reads the override as a method (argparse's
+    ``nargs="+"`` takes every word up to the next option): move the ``key=value``
+    words of the list options to the overrides, where they were meant to go."""
+    for opt in ("methods", "folds"):
+        words = getattr(args, opt)
+        if words is None:
+            continue
+        setattr(args, opt, [w for w in words if "=" not in w])
+        args.overrides = [*(w for w in words if "=" in w), *args.overrides]
+
+
 def _cell(values: list[float], digits: int = 2) -> str:
     """mean ± sample std (ddof 1, as fedpath's tables; 0 for one value)."""
     std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
@@ -159,13 +171,26 @@ def main() -> None:
     )
     ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
     args = ap.parse_args()
-    args.data = amibr_root(args.data, " (see configs/amibr/lite0.yaml)")
+    _split_overrides(args)
     suite = Path(f"configs/amibr/{args.backbone}_methods.yaml")
     base = Path(f"configs/amibr/{args.backbone}.yaml")
+    variants = list(yaml.safe_load(suite.read_text())["variants"])
+    known = [*(m for m in variants if m != "pooled"), "local", "pooled"]
     if args.methods is None:
-        variants = list(yaml.safe_load(suite.read_text())["variants"])
-        federated = [m for m in variants if m != "pooled"]
-        args.methods = [*federated, "local", "pooled"]
+        args.methods = known
+    unknown = [m for m in args.methods if m not in known]
+    if unknown:
+        ap.error(
+            f"--methods: unknown {', '.join(unknown)} for --backbone "
+            f"{args.backbone} ({suite}); expected some of {', '.join(known)}"
+        )
+    bad_folds = [f for f in args.folds if f not in FOLDS]
+    if bad_folds:
+        ap.error(
+            f"--folds: unknown {', '.join(bad_folds)}; "
+            f"expected some of {', '.join(FOLDS)}"
+        )
+    args.data = amibr_root(args.data, " (see configs/amibr/lite0.yaml)")
     name = load_config(base).name
     common = [f"data.root={args.data}", f"output_dir={args.out}", *args.overrides]
     walls: dict[str, list[float]] = {}

@@ -1,0 +1,58 @@
+"""The AMi-Br table benchmark's command line: overrides after a list option and
+unknown names (the benchmark itself needs the data and is not run here)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.chdir(ROOT)
+    return importlib.import_module("bench_amibr_table")
+
+
+def test_overrides_after_methods_are_moved_to_the_overrides(bench: ModuleType) -> None:
+    args = argparse.Namespace(
+        methods=["pooled", "train.rounds=8", "local"],
+        folds=["TUPAC16", "seed=1"],
+        overrides=["train.lr=0.001"],
+    )
+    bench._split_overrides(args)
+    assert args.methods == ["pooled", "local"]
+    assert args.folds == ["TUPAC16"]
+    assert args.overrides == ["seed=1", "train.rounds=8", "train.lr=0.001"]
+
+
+def test_unknown_method_names_the_option_and_the_choices(
+    bench: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["bench", "--methods", "fedavg", "fedsatin"])
+    with pytest.raises(SystemExit) as exc:
+        bench.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--methods: unknown fedsatin" in err
+    assert "fedstain" in err and "pooled" in err and "local" in err
+
+
+def test_unknown_fold_is_refused(
+    bench: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["bench", "--folds", "MIDOG21_XR"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "--folds: unknown MIDOG21_XR" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import time
@@ -23,13 +24,29 @@ def amibr_root(data: str | None, hint: str = "") -> str:
 
 
 def run_wall(run_dir: Path) -> float:
-    """A finished run's wall time in seconds: from its ``config.yaml`` (written
-    when it starts) to its ``final.json`` (written when it ends), so runs made
-    by an earlier invocation, ``--jobs`` or a cluster are timed too. A resumed
-    run counts the time between its attempts."""
-    return (run_dir / "final.json").stat().st_mtime - (
+    """A finished run's wall time in seconds, so runs made by an earlier
+    invocation, ``--jobs`` or a cluster are timed too: from its ``config.yaml``
+    (written when it starts) to its ``final.json`` (written when it ends), or,
+    if larger, the sum of the rounds' ``timing`` records in ``results.jsonl``.
+    A resumed run rewrites ``config.yaml``, so the first figure then counts
+    only its last attempt; the records count every round once."""
+    elapsed = (run_dir / "final.json").stat().st_mtime - (
         run_dir / "config.yaml"
     ).stat().st_mtime
+    return max(elapsed, _timed_rounds(run_dir / "results.jsonl"))
+
+
+def _timed_rounds(results: Path) -> float:
+    if not results.is_file():
+        return 0.0
+    total = 0.0
+    for line in results.read_text().splitlines():
+        rec = json.loads(line) if line.strip() else {}
+        if rec.get("kind") == "timing":
+            total += sum(
+                float(rec.get(k, 0.0)) for k in ("client_s", "server_s", "eval_s")
+            )
+    return total
 
 
 def setup_threads() -> int:

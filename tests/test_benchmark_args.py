@@ -56,3 +56,35 @@ def test_unknown_fold_is_refused(
     with pytest.raises(SystemExit):
         bench.main()
     assert "--folds: unknown MIDOG21_XR" in capsys.readouterr().err
+
+
+def test_run_wall_counts_every_round_of_a_resumed_run(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    import json
+    import os
+
+    from _common import run_wall
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.yaml", "final.json"):
+        (run / name).write_text("{}")
+    os.utime(run / "config.yaml", (1000.0, 1000.0))
+    os.utime(run / "final.json", (1073.0, 1073.0))  # the last attempt: 73 s
+    assert run_wall(run) == 73.0  # no records: the file times
+    rounds = [
+        {
+            "kind": "timing",
+            "round": r,
+            "client_s": 300.0,
+            "server_s": 1.0,
+            "eval_s": 9.0,
+        }
+        for r in (1, 2)
+    ]
+    lines = [json.dumps({"kind": "eval", "round": 1}), *map(json.dumps, rounds)]
+    (run / "results.jsonl").write_text("\n".join(lines) + "\n")
+    assert run_wall(run) == 620.0  # both rounds, though resumed in between
+    os.utime(run / "final.json", (2000.0, 2000.0))  # one attempt, longer
+    assert run_wall(run) == 1000.0

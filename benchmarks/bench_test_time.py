@@ -118,6 +118,20 @@ def main() -> None:
                 f"{time.perf_counter() - t0:.0f} s)",
                 flush=True,
             )
+    if not rows:
+        wanted = {
+            "--methods": args.methods,
+            "--folds": args.folds,
+            "--seeds": args.seeds,
+        }
+        chosen = ", ".join(
+            f"{k} {' '.join(map(str, v))}" for k, v in wanted.items() if v
+        )
+        raise SystemExit(
+            f"no finished run (model.fpm + config.yaml) under "
+            f"{', '.join(map(str, args.paths))}"
+            + (f" matches {chosen}" if chosen else "")
+        )
     print("\nmean over runs (%; ECE as a fraction):")
     heads = " | ".join(f"{m} BA / AUROC / ECE" for m in args.modes)
     print(f"| method | runs | {heads} |")

@@ -88,3 +88,16 @@ def test_run_wall_counts_every_round_of_a_resumed_run(
     assert run_wall(run) == 620.0  # both rounds, though resumed in between
     os.utime(run / "final.json", (2000.0, 2000.0))  # one attempt, longer
     assert run_wall(run) == 1000.0
+
+
+def test_test_time_bench_names_what_matched_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench_tt = importlib.import_module("bench_test_time")
+    argv = ["bench", str(tmp_path), "--methods", "fedstain", "--seeds", "2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        bench_tt.main()
+    msg = str(exc.value)
+    assert str(tmp_path) in msg and "--methods fedstain" in msg and "--seeds 2" in msg

@@ -21,7 +21,13 @@ from rich.markup import escape
 from fedpath import __version__
 from fedpath.catalog import KINDS
 from fedpath.errors import USER_ERRORS
-from fedpath.utils.cli_args import add_launcher, add_overrides, add_quiet, is_quiet
+from fedpath.utils.cli_args import (
+    add_launcher,
+    add_overrides,
+    add_quiet,
+    is_quiet,
+    parse_args_overrides_anywhere,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -342,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    args = parse_args_overrides_anywhere(build_parser(), argv)
     quiet = is_quiet(args)
     err = Console(stderr=True, soft_wrap=True)
     try:

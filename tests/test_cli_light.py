@@ -96,3 +96,51 @@ def test_list_shows_every_kind_one_line_each(
     assert "abmil" in only and "fedavg" not in only
     assert main(["list", "algorithms", "--live"]) == 0
     assert "fedstain" in capsys.readouterr().out
+
+
+SUITE = (
+    Path(__file__).resolve().parents[1] / "configs/ablations/fedstain_statistics.yaml"
+)
+
+
+def test_overrides_may_come_after_the_options() -> None:
+    from fedpath.cli import build_parser
+    from fedpath.utils.cli_args import parse_args_overrides_anywhere
+
+    argv = ["suite", str(SUITE), "seeds=[0]", "--only", "moments,mean_std", "--resume"]
+    args = parse_args_overrides_anywhere(
+        build_parser(), [*argv, "train.rounds=2", "seeds=[1]"]
+    )
+    assert args.only == "moments,mean_std" and args.resume
+    # in command-line order, so the later seeds=[1] wins when they are applied
+    assert args.overrides == ["seeds=[0]", "train.rounds=2", "seeds=[1]"]
+
+
+def test_a_late_override_reaches_the_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = str(Path(__file__).resolve().parents[1] / "configs/synthetic_fedavg.yaml")
+    out = f"output_dir={tmp_path}"
+    # --status sits between the config and the overrides: both are still applied
+    assert main(["run", cfg, "--status", out, "train.rounds=-3"]) == 2
+    assert "'train.rounds'" in capsys.readouterr().err
+    assert main(["run", cfg, "--status", out, "seeds=[0]"]) == 0
+    assert "4 cells: 4 pending" in capsys.readouterr().out  # 4 folds x 1 seed, not 12
+    assert not any(tmp_path.iterdir())  # --status runs nothing
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["suite", str(SUITE), "--only", "moments", "--bogus"],  # an unknown option
+        ["table", "runs", "--metric", "auroc", "train.rounds=2"],  # no overrides there
+        ["suite", str(SUITE), "--only", "moments", "other.yaml"],  # not key=value
+    ],
+)
+def test_words_that_are_not_late_overrides_stay_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert f"unrecognized arguments: {argv[-1]}" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
 
 def add_overrides(
@@ -13,6 +14,33 @@ def add_overrides(
 ) -> None:
     """The positional dotted-key config overrides (``train.rounds=5``...)."""
     parser.add_argument("overrides", nargs="*", metavar=metavar, help=help)
+
+
+def is_override(word: str) -> bool:
+    """``word`` reads as a ``key=value`` override (not an option, not a path)."""
+    key, eq, _ = word.partition("=")
+    return bool(eq) and bool(key) and not word.startswith("-") and "/" not in key
+
+
+def parse_args_overrides_anywhere(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """``parser.parse_args``, except that ``key=value`` overrides may also come
+    after the options (``fedpath suite S.yaml --only a,b seeds=[0]``): argparse
+    stops filling a ``nargs="*"`` positional at the first option, so a late
+    override would otherwise be an "unrecognized argument". Late overrides are
+    appended in order (a later one wins, as on the command line); anything else
+    left over is the usual error."""
+    args, extra = parser.parse_known_args(argv)
+    late = [w for w in extra if is_override(w)]
+    other = [w for w in extra if not is_override(w)]
+    if late and hasattr(args, "overrides"):
+        args.overrides = [*(args.overrides or []), *late]
+    else:
+        other = extra
+    if other:
+        parser.error(f"unrecognized arguments: {' '.join(other)}")
+    return args
 
 
 def add_quiet(parser: argparse.ArgumentParser, help: str) -> None:

@@ -35,6 +35,7 @@ from _common import amibr_root, run_wall
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
+from fedpath.utils.cli_args import is_override
 
 FOLDS = ("MIDOG21_HamamatsuXR", "MIDOG21_HamamatsuS360", "MIDOG21_AperioCS2", "TUPAC16")
 METRICS = ("balanced_accuracy", "auroc", "ece")
@@ -119,8 +120,8 @@ def _split_overrides(args: argparse.Namespace) -> None:
         words = getattr(args, opt)
         if words is None:
             continue
-        setattr(args, opt, [w for w in words if "=" not in w])
-        args.overrides = [*(w for w in words if "=" in w), *args.overrides]
+        setattr(args, opt, [w for w in words if not is_override(w)])
+        args.overrides = [*filter(is_override, words), *args.overrides]
 
 
 def _cell(values: list[float], digits: int = 2) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fedpath import catalog
-from fedpath.cli import main
+from fedpath.cli import build_parser, main
+from fedpath.utils.cli_args import parse_args_overrides_anywhere
 
 PROBE = """
 import sys
@@ -104,9 +105,6 @@ SUITE = (
 
 
 def test_overrides_may_come_after_the_options() -> None:
-    from fedpath.cli import build_parser
-    from fedpath.utils.cli_args import parse_args_overrides_anywhere
-
     argv = ["suite", str(SUITE), "seeds=[0]", "--only", "moments,mean_std", "--resume"]
     args = parse_args_overrides_anywhere(
         build_parser(), [*argv, "train.rounds=2", "seeds=[1]"]

@@ -32,14 +32,11 @@ def parse_args_overrides_anywhere(
     appended in order (a later one wins, as on the command line); anything else
     left over is the usual error."""
     args, extra = parser.parse_known_args(argv)
-    late = [w for w in extra if is_override(w)]
-    other = [w for w in extra if not is_override(w)]
-    if late and hasattr(args, "overrides"):
-        args.overrides = [*(args.overrides or []), *late]
-    else:
-        other = extra
-    if other:
-        parser.error(f"unrecognized arguments: {' '.join(other)}")
+    if hasattr(args, "overrides"):
+        args.overrides = [*(args.overrides or []), *filter(is_override, extra)]
+        extra = [w for w in extra if not is_override(w)]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args
 
 

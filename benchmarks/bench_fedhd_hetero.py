@@ -34,6 +34,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 from _common import amibr_root, run_wall, setup_threads
 
+from fedpath.algorithms import ALGORITHMS
 from fedpath.config import ExperimentConfig, ModelConfig, load_config
 from fedpath.evaluation.tables import ResultRow
 from fedpath.mil.bags import BagDataset, SlideBag
@@ -155,6 +157,9 @@ def variant(method: str, base: ExperimentConfig) -> list[str]:
             f"algorithm.params={json.dumps(own)}",
         ]
     name = "local_mil" if method == "local" else method
+    params = ALGORITHMS.params(name)
+    if params is not None and "spaces" in {f.name for f in fields(params)}:
+        shared["spaces"] = "adapt"  # DESA, FedDGM-approx, HistoFS: their hetero mode
     return [
         "algorithm.params={}",
         f"algorithm.name={name}",

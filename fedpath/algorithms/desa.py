@@ -46,6 +46,15 @@ Deviations from the reference code, each on purpose:
 - The anchors are mean-matched in embedding space (fedpath distils embeddings,
   not pixels through a ResNet-50); a class slide whose guard dropped tokens is
   averaged over the common prefix of tokens.
+
+**Clients of different feature extractors** (``spaces: adapt``, beyond the
+reference, which assumes one extractor; docs/fedhd_heterogeneous.md): anchors of
+different spaces cannot be averaged, so the server mixes the anchors *within*
+each embedding space (with one client per space, that client's own anchors) and
+sends every client the whole set, one stack per space. A client meets the
+anchors of a foreign space through an input adapter per space
+(:class:`fedpath.mil.adapters.AdaptedMIL`, trained with its model); every client
+scores every anchor, so the teacher logits are defined as in one space.
 """
 
 from __future__ import annotations
@@ -75,7 +84,15 @@ from fedpath.algorithms.mil_common import (
     keep_model,
     own_model,
     real_bags,
-    require_one_space,
+    spaced_to_arrays,
+)
+from fedpath.algorithms.mil_spaces import (
+    SPACE_PREFIX,
+    check_spaces,
+    keep_adapters,
+    keep_spaced,
+    spaced_bags,
+    with_adapters,
 )
 from fedpath.algorithms.names import DISTILL, FIT, SYNTHETIC
 from fedpath.config import ConfigError
@@ -83,6 +100,7 @@ from fedpath.losses import supcon_loss
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel
 from fedpath.params.mil_baselines import DESAParams
+from fedpath.tasks.bags import bag_inputs
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
 
 #: the global anchor set (fit broadcast of round 1; client and server state)
@@ -162,17 +180,17 @@ class DESAClient(DistillFitClient):
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
-        if ANCHORS in payload.arrays:
-            state.arrays[ANCHORS] = payload.arrays[ANCHORS]
+        keep_spaced(payload, state, ANCHORS)
         if ANCHORS not in state.arrays:
             raise ProtocolError(f"client {ctx.client_id}: no DESA anchors received")
-        anchors = arrays_to_bags(state.arrays[ANCHORS], "anchors", "anchor")
+        anchors = spaced_bags(ctx, state, ANCHORS, "anchors", "anchor")
         teacher = payload.arrays.get(TEACHER, {}).get("logits")
         real = real_bags(ctx)
         model = own_model(ctx, state, p)
+        net = with_adapters(ctx, p, model, anchors, state)
         loss = self.loss_fn(anchors, teacher)
         scalars: dict[str, Any] = ctx.task.bags().fit(
-            model,
+            net,
             real,
             loss,
             synthetic=anchors,
@@ -181,9 +199,10 @@ class DESAClient(DistillFitClient):
             on_epoch=ctx.on_epoch,
         )
         keep_model(state, model, architecture(ctx, p.models) or "")
+        scalars.update(keep_adapters(state, net))
         with torch.no_grad():
             logits = torch.cat(
-                [model(b.features.to(ctx.device)).logits.cpu() for b in anchors]
+                [net(bag_inputs(net, b, ctx.device)).logits.cpu() for b in anchors]
             )
         return Payload(
             {ANCHOR_LOGITS: {"logits": logits.numpy().astype(np.float32)}},
@@ -219,7 +238,7 @@ class DESAClient(DistillFitClient):
                 i = order[step[0] % len(order)]
                 step[0] += 1
                 a = anchors[i]
-                s = m(a.features.to(dev)).logits
+                s = m(bag_inputs(m, a, dev)).logits
                 y_a = torch.tensor([a.label], device=dev)
                 kd = kd_loss(s, t_logits[i : i + 1].to(s), y_a, p.temperature, p.kd_ce)
                 total = total + p.kd_weight * kd
@@ -230,7 +249,7 @@ class DESAClient(DistillFitClient):
                 else:
                     picks = [pick(by_class[c]) for c in sorted(by_class)]
                 embs = [self.embedding(out.embedding)]
-                embs += [self.embedding(m(anchors[j].features.to(dev)).embedding)
+                embs += [self.embedding(m(bag_inputs(m, anchors[j], dev)).embedding)
                          for j in picks]  # fmt: skip
                 labels = torch.tensor(
                     [int(label.reshape(-1)[0])] + [anchors[j].label for j in picks],
@@ -261,6 +280,8 @@ class DESAServer(ServerAlgorithm[DESAParams]):
     def __init__(self, params: DESAParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
         self.anchors: ArrayDict | None = None
+        #: ``space/<i>`` names of the anchor stacks (``spaces: adapt``)
+        self.anchor_spaces: dict[str, Scalar] = {}
         self.logits: dict[str, np.ndarray] = {}
 
     def stages(self, rnd: int) -> Sequence[str]:
@@ -276,12 +297,14 @@ class DESAServer(ServerAlgorithm[DESAParams]):
         out = {}
         for c in clients:
             arrays: dict[str, ArrayDict] = {}
+            scalars: dict[str, Scalar] = {"round": rnd}
             if rnd == 1 and self.anchors is not None:
                 arrays[ANCHORS] = self.anchors
+                scalars.update(self.anchor_spaces)
             t = teacher_logits(self.logits, c)
             if t is not None:
                 arrays[TEACHER] = {"logits": t}
-            out[c] = Payload(arrays, {"round": rnd})
+            out[c] = Payload(arrays, scalars)
         return out
 
     def aggregate(
@@ -292,14 +315,21 @@ class DESAServer(ServerAlgorithm[DESAParams]):
                 c: r.group(ANCHOR_LOGITS)["logits"] for c, r in replies.items()
             }
             return weighted_mean_scalars(replies)
-        require_one_space(replies, "DESA", "their synthetic slides cannot be averaged")
-        per_client = [
-            arrays_to_bags(replies[c].group(SYNTHETIC), c, c) for c in sorted(replies)
-        ]
-        anchors = mix_anchors(per_client)
-        self.anchors = bags_to_arrays(anchors)
+        why = "their synthetic slides cannot be averaged"
+        adapt = self.params.spaces == "adapt"
+        spaces = check_spaces(replies, "DESA", why, adapt)
+        by_space: dict[str, list[list[SlideBag]]] = {}
+        for c in sorted(replies):
+            bags = arrays_to_bags(replies[c].group(SYNTHETIC), c, c)
+            by_space.setdefault(spaces[c], []).append(bags)
+        mixed = [(s, mix_anchors(by_space[s])) for s in sorted(by_space)]
+        if adapt:  # one stack per space, mixed within it
+            parts = [(s, bags_to_arrays(a)) for s, a in mixed]
+            self.anchors, self.anchor_spaces = spaced_to_arrays(parts)
+        else:
+            self.anchors, self.anchor_spaces = bags_to_arrays(mixed[0][1]), {}
         return {
-            "anchors": len(anchors),
+            "anchors": sum(len(a) for _, a in mixed),
             "synthetic_bytes": self.anchors_bytes(),
             **guard_scalars(replies),
         }
@@ -318,10 +348,13 @@ class DESAServer(ServerAlgorithm[DESAParams]):
                 "logits": np.stack([self.logits[c] for c in owners]),
                 "owner": np.array([ids.index(c) for c in owners], np.int64),
             }
-        return Payload(arrays)
+        return Payload(arrays, dict(self.anchor_spaces))
 
     def load_state(self, state: Payload) -> None:
         self.anchors = state.arrays.get(ANCHORS)
+        self.anchor_spaces = {
+            k: v for k, v in state.scalars.items() if k.startswith(SPACE_PREFIX)
+        }
         group = state.arrays.get(ANCHOR_LOGITS)
         self.logits = {}
         if group is not None:

@@ -121,7 +121,7 @@ class FedAvgServer(ServerAlgorithm):
         self.weights = {**self.weights, **new}
         return weighted_mean_scalars(replies)
 
-    def global_weights(self) -> ArrayDict:
+    def global_weights(self) -> ArrayDict | None:
         return self.weights
 
     def state(self) -> Payload:

@@ -16,11 +16,13 @@ that fits slide embeddings, and is reported as ``FedDGM-approx``:
    the mixture (component counts multinomial in its weights), keeps every token
    ``min_token_distance`` x the median patch gap away from its real patches
    (:func:`fedpath.mil.privacy.guard_tokens`) and uploads only the samples. The
-   server checks one embedding space and pools them.
+   server checks one embedding space and pools them (``spaces: adapt``: clients
+   of other extractors too, sent per space as in FedHD).
 2. ``fit``: each client receives the other clients' synthetic slides and trains
    its own MIL model (any architecture) on its real slides with cross-entropy
    and on the received ones with ``synthetic_weight`` x cross-entropy, from the
-   first epoch.
+   first epoch (those of a foreign space through an input adapter per space,
+   :mod:`fedpath.algorithms.mil_spaces`).
 
 Unlike FedHD there is no per-slide distillation (a sample of the class's mixture
 is not optimised toward any real slide), no curriculum and no GCE. No model
@@ -46,22 +48,25 @@ from fedpath.algorithms.base import (
 from fedpath.algorithms.mil_common import (
     DistillFitClient,
     architecture,
-    arrays_to_bags,
-    concat_bags,
     guard_scalars,
     keep_model,
     own_model,
     real_bags,
-    require_one_space,
-    stack_pool,
     train_bags,
-    unstack_pool,
 )
-from fedpath.algorithms.names import DISTILL, FIT, POOL, RECEIVED, SYNTHETIC
+from fedpath.algorithms.mil_spaces import (
+    SyntheticPool,
+    check_spaces,
+    keep_adapters,
+    keep_spaced,
+    spaced_bags,
+    with_adapters,
+)
+from fedpath.algorithms.names import DISTILL, FIT, RECEIVED
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.gmm import GMM
 from fedpath.params.mil_baselines import FedDGMParams
-from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+from fedpath.types import ClientState, Payload, Scalar
 
 
 def sample_slides(
@@ -119,31 +124,32 @@ class FedDGMClient(DistillFitClient):
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
-        if RECEIVED in payload.arrays:
-            state.arrays[RECEIVED] = payload.arrays[RECEIVED]
-        others = (
-            arrays_to_bags(state.arrays[RECEIVED], "others", f"{ctx.client_id}-recv")
-            if RECEIVED in state.arrays
-            else []
-        )
+        keep_spaced(payload, state, RECEIVED)
+        others = spaced_bags(ctx, state, RECEIVED, "others", f"{ctx.client_id}-recv")
         real = real_bags(ctx)
         model = own_model(ctx, state, p)
+        net = with_adapters(ctx, p, model, others, state)
 
         def synthetic_loss(logits: Tensor, label: Tensor) -> Tensor:
             return p.synthetic_weight * F.cross_entropy(logits, label)
 
-        scalars = train_bags(ctx, model, real, others, synthetic_loss=synthetic_loss)
+        scalars = train_bags(ctx, net, real, others, synthetic_loss=synthetic_loss)
         keep_model(state, model, architecture(ctx, p.models) or "")
+        scalars.update(keep_adapters(state, net))
         return Payload({}, {"num_examples": len(real), **scalars})
 
 
 class FedDGMServer(ServerAlgorithm[FedDGMParams]):
-    """Pool the synthetic slides (one embedding space); send each client the
-    others' in round 1 (clients keep them); no averaging."""
+    """Pool the synthetic slides; send each client the others' in round 1 (clients
+    keep them), per space with ``spaces: adapt``; no averaging."""
 
     def __init__(self, params: FedDGMParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
-        self.pool: dict[str, ArrayDict] = {}
+        self.pool = SyntheticPool(ctx.client_ids)
+
+    @property
+    def adapt(self) -> bool:
+        return self.params.spaces == "adapt"
 
     def stages(self, rnd: int) -> Sequence[str]:
         return (DISTILL, FIT) if rnd == 1 else (FIT,)
@@ -155,39 +161,27 @@ class FedDGMServer(ServerAlgorithm[FedDGMParams]):
             return round_only(clients, rnd)
         if stage != FIT:
             raise ProtocolError(f"feddgm has no stage {stage!r}")
-        return {c: Payload({RECEIVED: self.others(c)}, {"round": rnd}) for c in clients}
-
-    def others(self, client: str) -> ArrayDict:
-        return concat_bags([self.pool[c] for c in sorted(self.pool) if c != client])
+        return {c: self.pool.received(c, self.adapt, rnd) for c in clients}
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
     ) -> dict[str, Scalar]:
         if stage == FIT:
             return weighted_mean_scalars(replies)
-        require_one_space(
-            replies, "FedDGM", "samples of different feature extractors are not "
-            "comparable",
-        )  # fmt: skip
-        self.pool = {c: dict(r.group(SYNTHETIC)) for c, r in replies.items()}
+        why = "samples of different feature extractors are not comparable"
+        self.pool.accept(replies, check_spaces(replies, "FedDGM", why, self.adapt))
         return {
-            "synthetic_slides": sum(len(p["sizes"]) for p in self.pool.values()),
+            "synthetic_slides": self.pool.num_slides(),
             "synthetic_bytes": sum(r.nbytes() for r in replies.values()),
             **guard_scalars(replies),
         }
 
     def state(self) -> Payload:
-        """The pool as one group, ``owner`` the client's index (FedHD's layout)."""
-        ids = self.ctx.client_ids
-        owners = [c for c in ids if c in self.pool]
-        if not owners:
-            return Payload()
-        return Payload({POOL: stack_pool(self.pool, owners, ids)})
+        """The pool (FedHD's layout, :meth:`SyntheticPool.state`)."""
+        return self.pool.state(self.adapt)
 
     def load_state(self, state: Payload) -> None:
-        self.pool = {}
-        if POOL in state.arrays:
-            self.pool = unstack_pool(state.arrays[POOL], self.ctx.client_ids)
+        self.pool.load_state(state)
 
 
 register_algorithm(

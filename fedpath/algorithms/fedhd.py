@@ -33,7 +33,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -48,36 +47,29 @@ from fedpath.algorithms.base import (
 from fedpath.algorithms.mil_common import (
     DistillFitClient,
     architecture,
-    arrays_to_bags,
-    arrays_to_spaced,
-    concat_bags,
-    declared_spaces,
-    embedding_space,
     guard_scalars,
     keep_model,
     own_model,
     real_bags,
-    spaced_to_arrays,
-    spaces_listing,
-    stack_pool,
     train_bags,
-    unstack_pool,
 )
-from fedpath.algorithms.names import DISTILL, FIT, POOL, RECEIVED, SYNTHETIC
+from fedpath.algorithms.mil_spaces import (
+    SyntheticPool,
+    check_spaces,
+    keep_adapters,
+    keep_spaced,
+    spaced_bags,
+    with_adapters,
+)
+from fedpath.algorithms.names import DISTILL, FIT, RECEIVED
 from fedpath.config import ConfigError
 from fedpath.losses import generalized_cross_entropy
-from fedpath.mil.adapters import AdaptedMIL
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.distill import DistillOptions, compress_slides, distill_slides
-from fedpath.mil.models import MILModel
 from fedpath.params.algorithms import FedHDParams
-from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
+from fedpath.types import ClientState, Payload, Scalar
 
 log = logging.getLogger("fedpath")
-
-#: client state: the input adapters of the foreign spaces (``spaces: adapt``);
-#: never sent, never deployed
-ADAPTERS = "adapters"
 
 
 class FedHDClient(DistillFitClient):
@@ -133,48 +125,16 @@ class FedHDClient(DistillFitClient):
     def received(self, state: ClientState) -> list[SlideBag]:
         """The others' synthetic slides kept in ``state``; with ``spaces: adapt``
         those of a foreign space carry its name (:attr:`SlideBag.space`)."""
-        if RECEIVED not in state.arrays:
-            return []
-        group, prefix = state.arrays[RECEIVED], f"{self.ctx.client_id}-recv"
-        if "features" in group:  # one space: the receiver's
-            return arrays_to_bags(group, "others", prefix)
-        own, _ = embedding_space(self.ctx)
-        out: list[SlideBag] = []
-        for i, (space, part) in enumerate(arrays_to_spaced(group, state.scalars)):
-            for b in arrays_to_bags(part, "others", f"{prefix}{i}"):
-                b.space = None if space == own else space
-                out.append(b)
-        return out
-
-    def adapted(
-        self, model: MILModel, others: Sequence[SlideBag], state: ClientState
-    ) -> MILModel:
-        """``model`` with an input adapter per foreign space of ``others`` (its
-        adapters from ``state`` after round 1), or ``model`` itself if none."""
-        sources = {b.space: b.dim for b in others if b.space is not None}
-        if not sources:
-            return model
-        torch.manual_seed(self.ctx.seed_for("adapters"))
-        net = AdaptedMIL(
-            model, sources, self.params.adapter, self.params.adapter_hidden
-        )
-        if ADAPTERS in state.arrays:
-            net.adapters.load_state_dict(
-                {k: torch.from_numpy(v) for k, v in state.arrays[ADAPTERS].items()}
-            )
-        return net
+        prefix = f"{self.ctx.client_id}-recv"
+        return spaced_bags(self.ctx, state, RECEIVED, "others", prefix)
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
         real = real_bags(ctx)
-        if RECEIVED in payload.arrays:  # round 1: keep them for later rounds
-            state.arrays[RECEIVED] = payload.arrays[RECEIVED]
-            state.scalars.update(
-                {k: v for k, v in payload.scalars.items() if k.startswith("space/")}
-            )
+        keep_spaced(payload, state, RECEIVED)  # round 1: kept for later rounds
         others = self.received(state)
         model = own_model(ctx, state, p)
-        net = self.adapted(model, others, state)
+        net = with_adapters(ctx, p, model, others, state)
         epochs = ctx.train.local_epochs
         if p.curriculum and others and p.t0 >= epochs * ctx.train.rounds:
             raise ConfigError(
@@ -194,9 +154,7 @@ class FedHDClient(DistillFitClient):
         )
         state.scalars["epochs_done"] = done + epochs
         keep_model(state, model, architecture(ctx, p.models) or "")
-        if isinstance(net, AdaptedMIL):  # the deployed model stays `model` alone
-            state.arrays[ADAPTERS] = as_numpy_dict(net.adapters.state_dict())
-            scalars["adapted_spaces"] = len(net.sources)
+        scalars.update(keep_adapters(state, net))  # deployed: `model` alone
         return Payload({}, {"num_examples": len(real), **scalars})
 
 
@@ -207,9 +165,11 @@ class FedHDServer(ServerAlgorithm):
 
     def __init__(self, params: FedHDParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
-        self.pool: dict[str, ArrayDict] = {}
-        #: each pooled client's declared embedding space
-        self.spaces: dict[str, str] = {}
+        self.pool = SyntheticPool(ctx.client_ids)
+
+    @property
+    def adapt(self) -> bool:
+        return self.params.spaces == "adapt"
 
     def stages(self, rnd: int) -> Sequence[str]:
         return (DISTILL, FIT) if rnd == 1 else (FIT,)
@@ -223,103 +183,29 @@ class FedHDServer(ServerAlgorithm):
             raise ProtocolError(f"FedHD has no stage {stage!r}")
         if rnd > 1:  # clients kept what they received in round 1
             return round_only(clients, rnd)
-        if self.params.spaces == "adapt":
-            out = {}
-            for c in clients:
-                arrays, names = spaced_to_arrays(self._others_by_space(c))
-                out[c] = Payload({RECEIVED: arrays}, {"round": rnd, **names})
-            return out
-        return {
-            c: Payload({RECEIVED: self._others(c)}, {"round": rnd}) for c in clients
-        }
-
-    def _others(self, client: str, space: str | None = None) -> ArrayDict:
-        """Every other client's synthetic slides (of ``space``, if given), stacked."""
-        return concat_bags(
-            [
-                self.pool[c]
-                for c in sorted(self.pool)
-                if c != client and space in (None, self.spaces.get(c))
-            ]
-        )
-
-    def _others_by_space(self, client: str) -> list[tuple[str, ArrayDict]]:
-        """The other clients' slides, one stack per embedding space (sorted)."""
-        names = sorted({self.spaces[c] for c in self.pool if c != client})
-        return [(s, self._others(client, s)) for s in names]
+        return {c: self.pool.received(c, self.adapt, rnd) for c in clients}
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
     ) -> dict[str, Scalar]:
         if stage == FIT:
             return weighted_mean_scalars(replies)
-        spaces = declared_spaces(replies)
-        listing = spaces_listing(spaces)
-        dims: dict[str, set[int]] = {}
-        for s, d in spaces.values():
-            dims.setdefault(s, set()).add(d)
-        if any(len(d) > 1 for d in dims.values()):
-            raise ConfigError(
-                "FedHD clients declare one embedding space with different "
-                f"dimensions (one name per extractor). Clients: {listing}"
-            )
-        if len(dims) > 1 and self.params.spaces != "adapt":
-            raise ConfigError(
-                "FedHD clients declare different embedding spaces; synthetic slides "
-                "of different feature extractors are not comparable. Set "
-                "algorithm.params.spaces: adapt to train an input adapter per "
-                f"foreign space at each receiver. Clients: {listing}"
-            )
-        self.pool = {c: dict(r.group(SYNTHETIC)) for c, r in replies.items()}
-        self.spaces = {c: s for c, (s, _) in spaces.items()}
+        why = "synthetic slides of different feature extractors are not comparable"
+        spaces = check_spaces(replies, "FedHD", why, self.adapt)
+        self.pool.accept(replies, spaces)
         n = sum(int(r.scalars["num_slides"]) for r in replies.values())
         nbytes = sum(r.nbytes() for r in replies.values())
         out: dict[str, Scalar] = {"synthetic_slides": n, "synthetic_bytes": nbytes}
-        if self.params.spaces == "adapt":
-            out["embedding_spaces"] = len(dims)
+        if self.adapt:
+            out["embedding_spaces"] = len(set(spaces.values()))
         return {**out, **guard_scalars(replies)}
 
     def state(self) -> Payload:
-        """The pool as one group: every client's slides stacked in client order,
-        ``owner`` (per slide) the position of its client in the run's client ids
-        (no client id inside a key); with ``spaces: adapt`` one such stack per
-        embedding space (:func:`~fedpath.algorithms.mil_common.spaced_to_arrays`)."""
-        ids = self.ctx.client_ids
-        owners = [c for c in ids if c in self.pool and len(self.pool[c]["sizes"])]
-        if not owners:
-            return Payload()
-        if self.params.spaces != "adapt":
-            return Payload({POOL: stack_pool(self.pool, owners, ids)})
-        names = sorted({self.spaces[c] for c in owners})
-        arrays, scalars = spaced_to_arrays(
-            [
-                (
-                    s,
-                    stack_pool(
-                        self.pool, [c for c in owners if self.spaces[c] == s], ids
-                    ),
-                )
-                for s in names
-            ]
-        )
-        return Payload({POOL: arrays}, scalars)
+        """The pool (:meth:`SyntheticPool.state`)."""
+        return self.pool.state(self.adapt)
 
     def load_state(self, state: Payload) -> None:
-        self.pool, self.spaces = {}, {}
-        if POOL not in state.arrays:
-            return
-        group = state.arrays[POOL]
-        if "features" in group:
-            self._unstack(group, "")
-            return
-        for space, part in arrays_to_spaced(group, state.scalars):
-            self._unstack(part, space)
-
-    def _unstack(self, group: ArrayDict, space: str) -> None:
-        part = unstack_pool(group, self.ctx.client_ids)
-        self.pool.update(part)
-        if space:
-            self.spaces.update(dict.fromkeys(part, space))
+        self.pool.load_state(state)
 
 
 register_algorithm(

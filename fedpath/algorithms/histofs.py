@@ -39,6 +39,21 @@ pools inside its forward, TransMIL without an attention pooling at all).
 Standard deviations are population ones (divide by D) for the styles and for
 AdaIN alike, so restyling a patch with its own style is the identity up to the
 1e-5. A bag with fewer than K patches gets as many styles as patches.
+
+**Clients of different feature extractors and architectures** (``spaces:
+adapt``, fedpath's reading: the FedHD paper runs HistoFS on [extractor + MIL]
+pairs but does not say how weights are averaged across them; docs/
+fedhd_heterogeneous.md). Weights can only be averaged between clients with the
+same architecture in the same embedding space, so the server averages (FedAvg,
+by slide count) within each such **group** and sends each client its group's
+average (a client alone in its group trains its own model; each group starts
+from one seeded initialisation). A style is a point :math:`(\mu, \sigma)` of its
+extractor's scale, so a receiver maps the styles of a foreign space ``s`` into
+its own by matching the two style distributions' first two moments per
+coordinate, :math:`\tilde x = (x - m_s) / d_s \cdot d_t + m_t` (:func:`map_styles`;
+:math:`m, d` the mean and std over styles, those of ``s`` from the received
+styles of that space, those of its own space from its own styles; sigma kept
+>= 1e-5). Nothing new crosses the network but each client's space name.
 """
 
 from __future__ import annotations
@@ -51,18 +66,37 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedpath.algorithms.aggregation import weighted_average
 from fedpath.algorithms.base import (
     ClientAlgorithm,
     ProtocolError,
     ServerContext,
+    derive_seed,
     register_algorithm,
     round_only,
     weighted_mean_scalars,
 )
 from fedpath.algorithms.fedavg import FedAvgServer
-from fedpath.algorithms.mil_common import real_bags
-from fedpath.algorithms.names import FIT, POOL, STATS, WEIGHTS
+from fedpath.algorithms.mil_common import (
+    architecture,
+    arrays_to_spaced,
+    embedding_space,
+    keep_model,
+    own_model,
+    real_bags,
+)
+from fedpath.algorithms.mil_spaces import SPACE_PREFIX, check_spaces
+from fedpath.algorithms.names import FIT, MODEL, POOL, STATS, WEIGHTS
 from fedpath.mil.models import MILModel
+from fedpath.mil.styles import (
+    adain,
+    authenticity,
+    map_styles,
+    patch_styles,
+    pseudo_bag_styles,
+    style_moments,
+    w2_kmeans,
+)
 from fedpath.params.mil_baselines import HistoFSParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
@@ -70,85 +104,62 @@ from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 STYLES = "styles"
 #: client state: the styles received from the other clients
 RECEIVED_STYLES = "received_styles"
-
-EPS = 1e-5
-
-
-def patch_styles(features: Tensor) -> Tensor:
-    """``(N, 2)``: mean and (population) std over the feature dimension."""
-    f = features.float()
-    return torch.stack([f.mean(1), f.std(1, unbiased=False)], dim=1)
+#: client state (``spaces: adapt``): the client's own styles
+OWN_STYLES = "own_styles"
+#: server state (``spaces: adapt``): each client's group (index, -1: none)
+MEMBERS = "members"
 
 
-def w2_kmeans(
-    styles: Tensor, k: int, iters: int = 50, seed: int = 0
-) -> tuple[Tensor, Tensor]:
-    """k-means of 1-D Gaussians ``(mu, sigma)`` under W2 (Euclidean in the
-    ``(mu, sigma)`` plane, whose barycentre is the mean). k-means++ seeding from
-    ``seed``; at most ``iters`` Lloyd steps; an empty cluster keeps its centre.
-    Returns the ``(min(k, N), 2)`` centres and the ``(N,)`` assignment."""
-    x = styles.double()
-    n = len(x)
-    k = min(k, n)
-    gen = torch.Generator().manual_seed(seed)
-    first = int(torch.randint(n, (1,), generator=gen))
-    centres = [x[first]]
-    for _ in range(1, k):
-        d2 = torch.cdist(x, torch.stack(centres)).min(1).values ** 2
-        if float(d2.sum()) <= 0:  # all points already on a centre
-            idx = int(torch.randint(n, (1,), generator=gen))
-        else:
-            idx = int(torch.multinomial(d2 / d2.sum(), 1, generator=gen))
-        centres.append(x[idx])
-    c = torch.stack(centres)
-    assign = torch.cdist(x, c).argmin(1)
-    for _ in range(iters):
-        for j in range(k):
-            members = x[assign == j]
-            if len(members):
-                c[j] = members.mean(0)
-        new = torch.cdist(x, c).argmin(1)
-        if torch.equal(new, assign):
-            break
-        assign = new
-    return c.float(), assign
-
-
-def pseudo_bag_styles(features: Tensor, k: int, iters: int, seed: int) -> Tensor:
-    """The ``(min(k, N), 2)`` pseudo styles of one bag."""
-    return w2_kmeans(patch_styles(features), k, iters, seed)[0]
-
-
-def adain(features: Tensor, style: Tensor) -> Tensor:
-    """Restyle every patch embedding (row) to ``style = (mu, sigma)``."""
-    mu = features.mean(1, keepdim=True)
-    sd = features.std(1, unbiased=False, keepdim=True)
-    return (features - mu) / (sd + EPS) * style[1] + style[0]
-
-
-def authenticity(a_orig: Tensor, a_aug: Tensor, lam: float = 0.4) -> Tensor:
-    """``a = 1 - lam cos(A_orig, A_aug)``: cosine over patches, mean over the
-    ``(K, N)`` attention's branches."""
-    cos = F.cosine_similarity(a_orig, a_aug, dim=-1).mean()
-    return 1.0 - lam * cos
+def group_of(architecture_name: str, space: str) -> str:
+    """The averaging group of a client: its architecture ('' = model.backbone)
+    in its embedding space."""
+    return f"{architecture_name or 'model.backbone'}@{space}"
 
 
 class HistoFSClient(ClientAlgorithm[HistoFSParams]):
-    """Upload pseudo styles once; train the global model with restyled bags."""
+    """Upload pseudo styles once; train the global (or group) model with
+    restyled bags."""
+
+    @property
+    def adapt(self) -> bool:
+        return self.params.spaces == "adapt"
+
+    def group(self) -> str:
+        space, _ = embedding_space(self.ctx)
+        return group_of(architecture(self.ctx, self.params.models) or "", space)
 
     def deployed_model(self, payload: Payload, state: ClientState) -> MILModel:
-        model = super().deployed_model(payload, state)
-        assert isinstance(model, MILModel)
+        if not self.adapt:
+            model = super().deployed_model(payload, state)
+            assert isinstance(model, MILModel)
+            return model
+        if MODEL not in state.arrays:
+            raise ProtocolError(f"client {self.ctx.client_id} has not trained yet")
+        return self.group_model(payload, state)
+
+    def group_model(self, payload: Payload, state: ClientState) -> MILModel:
+        """``spaces: adapt``: the client's architecture in its space, from its
+        group's average if one arrived, else its own last model, else the
+        group's seeded initialisation."""
+        ctx = self.ctx
+        seed = None  # one initialisation per group
+        if MODEL not in state.arrays:
+            seed = derive_seed(ctx.seed, "histofs-group", self.group()) % (2**63)
+        model = own_model(ctx, state, self.params, init_seed=seed)
+        if WEIGHTS in payload.arrays:
+            model.load_state_dict(
+                {k: torch.from_numpy(v) for k, v in payload.arrays[WEIGHTS].items()}
+            )
         return model
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
         if stage == STATS:
-            return self.styles()
+            return self.styles(state)
         if stage != FIT:
             raise ProtocolError(f"histofs has no stage {stage!r}")
         return self.fit(payload, state)
 
-    def styles(self) -> Payload:
+    def styles(self, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
         real = real_bags(ctx)
         seed = ctx.seed_for("styles") % (2**31)
@@ -157,16 +168,40 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
             for i, b in enumerate(real)
         ]
         arr = torch.cat(styles).numpy().astype(np.float32)
-        return Payload({STYLES: {"styles": arr}}, {"num_examples": len(real)})
+        scalars: dict[str, Scalar] = {"num_examples": len(real)}
+        if self.adapt:
+            space, dim = embedding_space(ctx)
+            scalars.update(embedding_space=space, dim=dim)
+            state.arrays[OWN_STYLES] = {"styles": arr}
+        return Payload({STYLES: {"styles": arr}}, scalars)
+
+    def received_styles(self, state: ClientState) -> Tensor | None:
+        """The styles to restyle with, in this client's space (None: none)."""
+        group = state.arrays.get(RECEIVED_STYLES, {})
+        if "styles" in group:  # one space
+            pool = group["styles"]
+            return torch.as_tensor(pool) if len(pool) else None
+        own, _ = embedding_space(self.ctx)
+        mine = style_moments(torch.as_tensor(state.arrays[OWN_STYLES]["styles"]))
+        parts = []
+        for space, part in arrays_to_spaced(group, state.scalars):
+            x = torch.as_tensor(part["styles"])
+            parts.append(x if space == own else map_styles(x, style_moments(x), mine))
+        return torch.cat(parts) if parts else None
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
         if POOL in payload.arrays:
             state.arrays[RECEIVED_STYLES] = payload.arrays[POOL]
-        pool = state.arrays.get(RECEIVED_STYLES, {}).get("styles")
+            state.scalars.update(
+                {k: v for k, v in payload.scalars.items() if k.startswith(SPACE_PREFIX)}
+            )
         real = real_bags(ctx)
-        model = self.deployed_model(payload, state)
-        styles = torch.as_tensor(pool) if pool is not None and len(pool) else None
+        if self.adapt:
+            model = self.group_model(payload, state)
+        else:
+            model = self.deployed_model(payload, state)
+        styles = self.received_styles(state)
         gen = torch.Generator().manual_seed(ctx.seed_for("histofs") % (2**63))
 
         def loss(
@@ -196,6 +231,9 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
             round_idx=ctx.round,
             on_epoch=ctx.on_epoch,
         )
+        if self.adapt:
+            keep_model(state, model, architecture(ctx, p.models) or "")
+            scalars["group"] = self.group()
         return Payload(
             {WEIGHTS: as_numpy_dict(model.state_dict())},
             {"num_examples": len(real), **scalars},
@@ -203,13 +241,22 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
 
 
 class HistoFSServer(FedAvgServer):
-    """FedAvg of the MIL weights plus the pool of pseudo styles."""
+    """FedAvg of the MIL weights (per group with ``spaces: adapt``) plus the pool
+    of pseudo styles."""
 
     params: HistoFSParams
 
     def __init__(self, params: HistoFSParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
         self.styles: dict[str, np.ndarray] = {}
+        #: ``spaces: adapt``: each client's space, its group, each group's average
+        self.spaces: dict[str, str] = {}
+        self.member: dict[str, str] = {}
+        self.groups: dict[str, ArrayDict] = {}
+
+    @property
+    def adapt(self) -> bool:
+        return self.params.spaces == "adapt"
 
     def stages(self, rnd: int) -> Sequence[str]:
         return (STATS, FIT) if rnd == 1 else (FIT,)
@@ -219,28 +266,85 @@ class HistoFSServer(FedAvgServer):
     ) -> dict[str, Payload]:
         if stage == STATS:
             return round_only(clients, rnd)
-        out = super().configure(stage, rnd, clients)
-        if rnd == 1:  # clients keep the styles for later rounds
-            for c in clients:
-                out[c].arrays[POOL] = {"styles": self.others(c)}
+        if not self.adapt:
+            out = super().configure(stage, rnd, clients)
+            if rnd == 1:  # clients keep the styles for later rounds
+                for c in clients:
+                    out[c].arrays[POOL] = {"styles": self.others(c)}
+            return out
+        if stage != FIT:
+            raise ProtocolError(f"histofs has no stage {stage!r}")
+        out = {}
+        for c in clients:
+            out[c] = self.evaluate_payload(c)
+            out[c].scalars["round"] = rnd
+            if rnd == 1:
+                arrays, names = self.others_by_space(c)
+                out[c].arrays[POOL] = arrays
+                out[c].scalars.update(names)
         return out
+
+    def evaluate_payload(self, client: str) -> Payload:
+        if not self.adapt:
+            return super().evaluate_payload(client)
+        group = self.member.get(client)
+        return Payload({WEIGHTS: self.groups[group]} if group is not None else {})
+
+    def global_weights(self) -> ArrayDict | None:
+        return None if self.adapt else self.weights
+
+    def _senders(self, client: str) -> list[str]:
+        """The clients whose styles ``client`` receives: the others (itself when
+        it is alone)."""
+        return [c for c in sorted(self.styles) if c != client] or sorted(self.styles)
 
     def others(self, client: str) -> np.ndarray:
         """The other clients' styles (the client's own when it is alone)."""
-        parts = [self.styles[c] for c in sorted(self.styles) if c != client]
-        if not parts:
-            parts = [self.styles[c] for c in sorted(self.styles)]
+        parts = [self.styles[c] for c in self._senders(client)]
         return np.concatenate(parts) if parts else np.zeros((0, 2), np.float32)
+
+    def others_by_space(self, client: str) -> tuple[ArrayDict, dict[str, Scalar]]:
+        """The others' styles, one array ``styles/<i>`` per embedding space with
+        its name in ``space/<i>``."""
+        senders = self._senders(client)
+        arrays: ArrayDict = {}
+        names: dict[str, Scalar] = {}
+        for i, space in enumerate(sorted({self.spaces[c] for c in senders})):
+            mine = [self.styles[c] for c in senders if self.spaces[c] == space]
+            arrays[f"styles/{i}"] = np.concatenate(mine)
+            names[f"{SPACE_PREFIX}{i}"] = space
+        return arrays, names
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
     ) -> dict[str, Scalar]:
         if stage == STATS:
             self.styles = {c: r.group(STYLES)["styles"] for c, r in replies.items()}
+            if self.adapt:
+                why = "their styles would be mixed across feature extractors"
+                self.spaces = check_spaces(replies, "HistoFS", why, adapt=True)
             out = weighted_mean_scalars(replies)
             out["styles"] = sum(len(s) for s in self.styles.values())
             return out
-        return super().aggregate(stage, rnd, replies)
+        if not self.adapt:
+            return super().aggregate(stage, rnd, replies)
+        if not replies:
+            raise ProtocolError(f"round {rnd}: no client replied to stage {stage!r}")
+        by_group: dict[str, list[str]] = {}
+        for c in sorted(replies):
+            by_group.setdefault(str(replies[c].scalars["group"]), []).append(c)
+        for group, members in by_group.items():
+            states = [replies[c].group(WEIGHTS) for c in members]
+            counts = [float(replies[c].scalars["num_examples"]) for c in members]
+            self.groups[group] = weighted_average(
+                states, counts, list(states[0]), self.params.bn_buffers
+            )
+            self.member.update(dict.fromkeys(members, group))
+        scalars = weighted_mean_scalars(
+            {c: Payload({}, {k: v for k, v in r.scalars.items() if k != "group"})
+             for c, r in replies.items()}
+        )  # fmt: skip
+        return {**scalars, "groups": len(self.groups)}
 
     def state(self) -> Payload:
         saved = super().state()
@@ -254,18 +358,59 @@ class HistoFSServer(FedAvgServer):
                 ).astype(np.int64),
             }
             saved.arrays[STYLES] = styles
+        for c in self.spaces:
+            saved.scalars[f"space_of/{ids.index(c)}"] = self.spaces[c]
+        names = sorted(self.groups)
+        for i, group in enumerate(names):
+            saved.arrays[f"{WEIGHTS}/{i}"] = self.groups[group]
+            saved.scalars[f"group/{i}"] = group
+        if self.member:
+            saved.arrays[MEMBERS] = {
+                "group": np.array(
+                    [names.index(self.member[c]) if c in self.member else -1
+                     for c in ids], np.int64
+                )
+            }  # fmt: skip
         return saved
 
     def load_state(self, state: Payload) -> None:
         super().load_state(state)
+        ids = self.ctx.client_ids
         self.styles = {}
         group = state.arrays.get(STYLES)
         if group is not None:
             for i in dict.fromkeys(group["owner"].tolist()):
-                self.styles[self.ctx.client_ids[i]] = group["styles"][
-                    group["owner"] == i
-                ]
+                self.styles[ids[i]] = group["styles"][group["owner"] == i]
+        self.spaces = {
+            ids[int(k.split("/")[1])]: str(v)
+            for k, v in state.scalars.items()
+            if k.startswith("space_of/")
+        }
+        names: list[str] = []
+        while f"group/{len(names)}" in state.scalars:
+            names.append(str(state.scalars[f"group/{len(names)}"]))
+        self.groups = {
+            g: dict(state.arrays[f"{WEIGHTS}/{i}"]) for i, g in enumerate(names)
+        }
+        members = state.arrays.get(MEMBERS, {}).get("group")
+        self.member = {
+            ids[i]: names[g] for i, g in enumerate([] if members is None else members)
+            if g >= 0
+        }  # fmt: skip
 
+
+__all__ = [
+    "HistoFSClient",
+    "HistoFSServer",
+    "adain",
+    "authenticity",
+    "group_of",
+    "map_styles",
+    "patch_styles",
+    "pseudo_bag_styles",
+    "style_moments",
+    "w2_kmeans",
+]
 
 register_algorithm(
     "histofs",

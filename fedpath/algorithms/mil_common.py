@@ -115,12 +115,18 @@ def architecture(ctx: ClientContext, models: Mapping[str, str]) -> str | None:
     return models.get(ctx.client_id, models.get(ctx.domain))
 
 
-def own_model(ctx: ClientContext, state: ClientState, p: MILTrainParams) -> MILModel:
-    """The client's MIL model: from its state if trained before, else fresh."""
+def own_model(
+    ctx: ClientContext,
+    state: ClientState,
+    p: MILTrainParams,
+    init_seed: int | None = None,
+) -> MILModel:
+    """The client's MIL model: from its state if trained before, else fresh
+    (initialised from ``init_seed``, default the client's own seed)."""
     task = ctx.task.bags()
     name = str(state.scalars.get("architecture", "")) or architecture(ctx, p.models)
     space, dim = task.client_space(ctx.client_id, ctx.domain)
-    torch.manual_seed(ctx.seed_for("init"))
+    torch.manual_seed(ctx.seed_for("init") if init_seed is None else init_seed)
     if name is not None and name in p.model_params:
         model = build_mil_model(name, dim, ctx.num_classes, p.model_params[name])
         if space != task.embedding_space:
@@ -260,17 +266,6 @@ def declared_spaces(replies: Mapping[str, Payload]) -> dict[str, tuple[str, int]
 
 def spaces_listing(spaces: Mapping[str, tuple[str, int]]) -> str:
     return ", ".join(f"{c}: {s} (D={d})" for c, (s, d) in spaces.items())
-
-
-def require_one_space(replies: Mapping[str, Payload], method: str, why: str) -> None:
-    """A clear error unless every client declared the same embedding space and
-    dimension; ``why`` says what the method would do with mixed ones."""
-    spaces = declared_spaces(replies)
-    if len(set(spaces.values())) > 1:
-        raise ConfigError(
-            f"{method} clients declare different embedding spaces; {why}. "
-            f"Clients: {spaces_listing(spaces)}"
-        )
 
 
 #: the token guard's per-client figures a server logs (``<key>/<client>``)

@@ -466,7 +466,24 @@ class FedProxMILParams(FedAvgMILParams):
 
 
 @dataclass(frozen=True)
-class FedHDParams(MILTrainParams):
+class SpacesParams(MILTrainParams):
+    """Clients in different embedding spaces (per-client ``features``), for the
+    methods that share synthetic slides (FedHD, mean matching, DESA, FedDGM).
+
+    ``spaces: same`` refuses them; ``adapt`` gives each receiver's MIL model one
+    input adapter per foreign space (``adapter: linear``: LayerNorm + Linear;
+    ``mlp``: LayerNorm, Linear to ``adapter_hidden`` (0: the own dimension),
+    GELU, Linear), trained on the received synthetic slides only
+    (docs/fedhd_heterogeneous.md).
+    """
+
+    spaces: Literal["same", "adapt"] = "same"
+    adapter: Literal["linear", "mlp"] = "linear"
+    adapter_hidden: Annotated[int, Ge(0)] = 0
+
+
+@dataclass(frozen=True)
+class FedHDParams(SpacesParams):
     """FedHD's knobs; defaults are the paper's (M=16, T=1000, 1000 iterations,
     t0=30 of its 50 local epochs, GCE q=0.7). Local training is ``train.*``
     (the paper: Adam, lr 2e-4, weight decay 1e-5, ``train.local_epochs: 50``).
@@ -497,11 +514,3 @@ class FedHDParams(MILTrainParams):
     # every real patch embedding of the client (0: off)
     min_patches: Annotated[int, Ge(1)] = 8
     min_token_distance: Annotated[float, Ge(0)] = 0.5
-    # clients in different embedding spaces (per-client ``features``): ``same``
-    # refuses them; ``adapt`` gives each receiver's MIL model one input adapter
-    # per foreign space (``linear``: LayerNorm + Linear; ``mlp``: LayerNorm,
-    # Linear to ``adapter_hidden`` (0: the own dimension), GELU, Linear), trained
-    # on the received synthetic slides only (docs/fedhd_heterogeneous.md)
-    spaces: Literal["same", "adapt"] = "same"
-    adapter: Literal["linear", "mlp"] = "linear"
-    adapter_hidden: Annotated[int, Ge(0)] = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fedpath.params.algorithms import MILTrainParams
+from fedpath.params.algorithms import MILTrainParams, SpacesParams
 from fedpath.schema import Ge, Gt, Probability, Range, require
 
 
@@ -23,7 +23,7 @@ class FedHEParams(MILTrainParams):
 
 
 @dataclass(frozen=True)
-class DESAParams(MILTrainParams):
+class DESAParams(SpacesParams):
     """DESA (FedWSIDD repository's FedDESA): anchors, distillation, regulariser.
 
     Anchors: ``anchors_per_class`` synthetic slides per class of ``tokens``
@@ -35,6 +35,9 @@ class DESAParams(MILTrainParams):
     ``reg_temperature`` (0.07) over the training bag and one random anchor of
     every class (``reg_anchors: per_class``), or one random anchor of any class
     (``one``: the reference's two-sample batch, whose SupCon is identically 0).
+    ``spaces: adapt`` (:class:`SpacesParams`): clients of other extractors; the
+    anchors are mixed within each space and every client meets the foreign ones
+    through an input adapter per space.
     """
 
     anchors_per_class: Annotated[int, Ge(1)] = 10
@@ -60,9 +63,14 @@ class HistoFSParams(MILTrainParams):
     also seen with a received style; ``aug_weight``, ``consistency_weight``: weights
     of the augmented bag's cross-entropy and of the a-weighted attention
     consistency (this implementation's choice: the reference's loss is
-    unreleased). Weights are averaged (FedAvg), so every client trains
-    ``model.backbone``: ``models`` must stay empty.
+    unreleased). Weights are averaged (FedAvg), so with ``spaces: same`` every
+    client trains ``model.backbone`` in the dataset's space: ``models`` and
+    ``features`` must stay empty. ``spaces: adapt``: per-client architectures
+    and extractors, weights averaged within each group of one architecture in
+    one space, foreign styles mapped into the receiver's space (histofs.py).
     """
+
+    spaces: Literal["same", "adapt"] = "same"
 
     num_styles: Annotated[int, Ge(1)] = 5
     kmeans_iters: Annotated[int, Ge(1)] = 50
@@ -74,18 +82,29 @@ class HistoFSParams(MILTrainParams):
 
     def validate(self) -> None:
         super().validate()
+        if self.spaces == "adapt":
+            return
         require(
             not self.models,
             "models",
             "no per-client architectures: HistoFS averages the MIL weights "
             "(FedAvg), which needs one architecture for every client (set "
-            "model.backbone instead)",
+            "model.backbone, or spaces: adapt to average within groups of one "
+            "architecture)",
             self.models,
+        )
+        require(
+            not self.features,
+            "features",
+            "no per-client feature extractors: HistoFS averages the MIL weights, "
+            "which needs one embedding space for every client (or spaces: adapt "
+            "to average within groups of one space)",
+            sorted(self.features),
         )
 
 
 @dataclass(frozen=True)
-class FedDGMParams(MILTrainParams):
+class FedDGMParams(SpacesParams):
     """FedDGM-approx (the original is unidentified): per-class generative models.
 
     Each client fits one ``components``-component Gaussian mixture
@@ -95,7 +114,8 @@ class FedDGMParams(MILTrainParams):
     of ``tokens`` embeddings sampled from it, kept ``min_token_distance`` x the
     median patch gap from every real patch. Receivers train on real slides with
     cross-entropy and on the others' synthetic slides with ``synthetic_weight`` x
-    cross-entropy.
+    cross-entropy. ``spaces: adapt`` (:class:`SpacesParams`): clients of other
+    extractors, each receiver with an input adapter per foreign space.
     """
 
     components: Annotated[int, Ge(1)] = 16

@@ -64,7 +64,7 @@ def _source_dim(model: MILModel, bag: SlideBag) -> int:
     return int(source_dim(bag.space))
 
 
-def _inputs(model: MILModel, bag: SlideBag, device: torch.device) -> Tensor:
+def bag_inputs(model: MILModel, bag: SlideBag, device: torch.device) -> Tensor:
     """The bag's features in the model's space (through its adapter if foreign)."""
     x = bag.features.to(device)
     if bag.space is None:
@@ -136,7 +136,9 @@ def fit_bags(
             for i in torch.randperm(len(pool)).tolist():
                 bag, is_synthetic = pool[i]
                 label = torch.tensor([bag.label], device=device)
-                out = loss_fn(model, _inputs(model, bag, device), label, is_synthetic)
+                out = loss_fn(
+                    model, bag_inputs(model, bag, device), label, is_synthetic
+                )
                 loss = out["loss"]
                 base.step(
                     opt,

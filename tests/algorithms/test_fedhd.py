@@ -199,7 +199,7 @@ def test_server_state_round_trips(tmp_path: Path) -> None:
     ctx: ServerContext = run.server.ctx
     server = FedHDServer(run.run_ctx.params, ctx)  # type: ignore[arg-type]
     a, b = ctx.client_ids[2], ctx.client_ids[0]
-    server.pool = {
+    server.pool.slides = {
         a: bags_to_arrays([SlideBag("x", torch.ones(3, 8), 1, "h")]),
         b: bags_to_arrays(
             [
@@ -212,13 +212,13 @@ def test_server_state_round_trips(tmp_path: Path) -> None:
     assert set(saved.arrays) == {"pool"}  # one group; no client id in any key
     other = FedHDServer(run.run_ctx.params, ctx)  # type: ignore[arg-type]
     other.load_state(saved)
-    assert set(other.pool) == {a, b}
+    assert set(other.pool.slides) == {a, b}
     for c in (a, b):
         for k in ("features", "sizes", "labels"):
-            assert np.array_equal(other.pool[c][k], server.pool[c][k])
+            assert np.array_equal(other.pool.slides[c][k], server.pool.slides[c][k])
     empty = FedHDServer(run.run_ctx.params, ctx)  # type: ignore[arg-type]
     empty.load_state(FedHDServer(run.run_ctx.params, ctx).state())  # type: ignore[arg-type]
-    assert empty.pool == {}
+    assert empty.pool.slides == {}
 
 
 def test_model_params_for_an_unchosen_architecture_are_refused() -> None:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedpath.algorithms.fedhd import ADAPTERS, FedHDClient, FedHDParams, FedHDServer
+from fedpath.algorithms.fedhd import FedHDClient, FedHDParams, FedHDServer
 from fedpath.algorithms.mil_common import arrays_to_spaced, bags_to_arrays
+from fedpath.algorithms.mil_spaces import ADAPTERS
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.bags import split_bags
 from fedpath.evaluation.metrics import classification_metrics
@@ -124,10 +125,10 @@ def test_server_accepts_differing_spaces_only_with_the_option(tmp_path: Path) ->
     # the pool survives a checkpoint, per space
     other = FedHDServer(FedHDParams(spaces="adapt"), run.server.ctx)
     other.load_state(adapt.state())
-    assert other.spaces == adapt.spaces
+    assert other.pool.spaces == adapt.pool.spaces
     for c in OWN:
         for k in ("features", "sizes", "labels"):
-            assert np.array_equal(other.pool[c][k], adapt.pool[c][k])
+            assert np.array_equal(other.pool.slides[c][k], adapt.pool.slides[c][k])
 
 
 def test_same_mode_run_with_own_extractors_names_the_option(tmp_path: Path) -> None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+
+from fedpath.utils.cli_args import is_override
 
 
 def amibr_root(data: str | None, hint: str = "") -> str:
@@ -47,6 +50,19 @@ def _timed_rounds(results: Path) -> float:
                 float(rec.get(k, 0.0)) for k in ("client_s", "server_s", "eval_s")
             )
     return total
+
+
+def split_overrides(args: argparse.Namespace, options: Sequence[str]) -> None:
+    """``--methods a b train.rounds=8`` reads the override as a method (argparse's
+    ``nargs="+"`` takes every word up to the next option): move the ``key=value``
+    words of the list ``options`` to ``args.overrides``, where they were meant
+    to go (in front of the later ones, so a later key still wins)."""
+    for opt in options:
+        words = getattr(args, opt)
+        if words is None:
+            continue
+        setattr(args, opt, [w for w in words if not is_override(w)])
+        args.overrides = [*filter(is_override, words), *args.overrides]
 
 
 def setup_threads() -> int:

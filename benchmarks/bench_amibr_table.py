@@ -31,11 +31,10 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _common import amibr_root, run_wall
+from _common import amibr_root, run_wall, split_overrides
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
-from fedpath.utils.cli_args import is_override
 
 FOLDS = ("MIDOG21_HamamatsuXR", "MIDOG21_HamamatsuS360", "MIDOG21_AperioCS2", "TUPAC16")
 METRICS = ("balanced_accuracy", "auroc", "ece")
@@ -112,18 +111,6 @@ def _parallel(
     print(f"all cells in {time.perf_counter() - t0:.0f} s with --jobs {args.jobs}")
 
 
-def _split_overrides(args: argparse.Namespace) -> None:
-    """``--methods a b train.rounds=8`` reads the override as a method (argparse's
-    ``nargs="+"`` takes every word up to the next option): move the ``key=value``
-    words of the list options to the overrides, where they were meant to go."""
-    for opt in ("methods", "folds"):
-        words = getattr(args, opt)
-        if words is None:
-            continue
-        setattr(args, opt, [w for w in words if not is_override(w)])
-        args.overrides = [*filter(is_override, words), *args.overrides]
-
-
 def _cell(values: list[float], digits: int = 2) -> str:
     """mean ± sample std (ddof 1, as fedpath's tables; 0 for one value)."""
     std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
@@ -172,7 +159,7 @@ def main() -> None:
     )
     ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
     args = ap.parse_args()
-    _split_overrides(args)
+    split_overrides(args, ("methods", "folds"))
     suite = Path(f"configs/amibr/{args.backbone}_methods.yaml")
     base = Path(f"configs/amibr/{args.backbone}.yaml")
     variants = list(yaml.safe_load(suite.read_text())["variants"])

@@ -34,6 +34,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
-from _common import amibr_root, run_wall, setup_threads
+from _common import amibr_root, run_wall, setup_threads, split_overrides
 
 from fedpath.algorithms import ALGORITHMS
 from fedpath.config import ExperimentConfig, ModelConfig, load_config
@@ -139,8 +140,15 @@ def build_bags(amibr: str, bags: Path) -> None:
     _ = BagDataset([SlideBag("x", torch.zeros(1, 1), 0, "d")], ["a", "b"], "x")
 
 
-def variant(method: str, base: ExperimentConfig) -> list[str]:
-    """The overrides of ``method`` on the FedHD (``spaces: adapt``) base config."""
+def variant(
+    method: str, base: ExperimentConfig, overrides: Sequence[str] = ()
+) -> list[str]:
+    """The overrides of ``method`` on the FedHD (``spaces: adapt``) base config.
+
+    Another algorithm starts from its own parameter defaults plus the clients'
+    ``models``, ``model_params`` and ``features``; of the command line's
+    ``algorithm.params.<key>=...`` (``overrides``) it takes those whose key it
+    has (``tokens`` reaches DESA and FedDGM, not HistoFS or local training)."""
     p = base.algorithm.params
     shared = {k: p[k] for k in SHARED if p.get(k)}
     own = {k: v for k, v in shared.items() if k != "features"}
@@ -158,12 +166,19 @@ def variant(method: str, base: ExperimentConfig) -> list[str]:
         ]
     name = "local_mil" if method == "local" else method
     params = ALGORITHMS.params(name)
-    if params is not None and "spaces" in {f.name for f in fields(params)}:
+    keys = {f.name for f in fields(params)} if params is not None else set()
+    if "spaces" in keys:
         shared["spaces"] = "adapt"  # DESA, FedDGM-approx, HistoFS: their hetero mode
+    prefix = "algorithm.params."
+    own_keys = [
+        o for o in overrides
+        if o.startswith(prefix) and o[len(prefix):].split("=")[0].split(".")[0] in keys
+    ]  # fmt: skip
     return [
         "algorithm.params={}",
         f"algorithm.name={name}",
         f"algorithm.params={json.dumps(shared)}",
+        *own_keys,
     ]
 
 
@@ -219,6 +234,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("overrides", nargs="*", default=[])
     args = ap.parse_args()
+    split_overrides(args, ("methods",))
     os.environ.setdefault("FEDPATH_QUIET", "1")
     setup_threads()
     if args.dataset == "amibr":
@@ -264,7 +280,12 @@ def main() -> None:
         out = args.out / method
         cfg = load_config(
             base_path,
-            [*common, *variant(method, base), f"output_dir={out}", f"label={method}"],
+            [
+                *common,
+                *variant(method, base, args.overrides),
+                f"output_dir={out}",
+                f"label={method}",
+            ],
         )
         if len(finished(out)) < len(args.seeds):  # else: reuse (e.g. run in parallel)
             run_experiment(cfg, dataset=dataset)

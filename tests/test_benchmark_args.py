@@ -27,10 +27,33 @@ def test_overrides_after_methods_are_moved_to_the_overrides(bench: ModuleType) -
         folds=["TUPAC16", "seed=1"],
         overrides=["train.lr=0.001"],
     )
-    bench._split_overrides(args)
+    from _common import split_overrides
+
+    split_overrides(args, ("methods", "folds"))
     assert args.methods == ["pooled", "local"]
     assert args.folds == ["TUPAC16"]
     assert args.overrides == ["seed=1", "train.rounds=8", "train.lr=0.001"]
+
+
+def test_hetero_bench_moves_overrides_after_its_methods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    hetero = importlib.import_module("bench_fedhd_hetero")
+    seen = {}
+    argv = ["bench", "--dataset", "synthetic", "--methods", "desa", "train.rounds=6",
+            "histofs", "--out", "x", "train.local_epochs=5"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+
+    def load(path: object, overrides: list[str]) -> object:
+        seen["overrides"] = overrides
+        raise SystemExit("stop")
+
+    monkeypatch.setattr(hetero, "load_config", load)
+    monkeypatch.setattr(hetero, "setup_threads", lambda: 1)
+    with pytest.raises(SystemExit, match="stop"):
+        hetero.main()
+    assert seen["overrides"][-2:] == ["train.rounds=6", "train.local_epochs=5"]
 
 
 def test_unknown_method_names_the_option_and_the_choices(
@@ -101,3 +124,21 @@ def test_test_time_bench_names_what_matched_nothing(
         bench_tt.main()
     msg = str(exc.value)
     assert str(tmp_path) in msg and "--methods fedstain" in msg and "--seeds 2" in msg
+
+
+def test_hetero_bench_gives_each_method_only_its_own_params(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    hetero = importlib.import_module("bench_fedhd_hetero")
+    from fedpath.config import load_config
+
+    base = load_config(ROOT / "configs/fedhd/heterogeneous.yaml")
+    over = ["train.rounds=6", "algorithm.params.tokens=200", "algorithm.params.t0=9"]
+    desa = hetero.variant("desa", base, over)
+    assert desa[-1] == "algorithm.params.tokens=200"  # DESA has tokens, not t0
+    assert "spaces" in desa[-2] and "adapt" in desa[-2]
+    local = hetero.variant("local", base, over)
+    assert not any(o.startswith("algorithm.params.t") for o in local)
+    assert "spaces" not in local[-1]  # local training has no spaces option
+    assert hetero.variant("fedhd", base, over) == []  # the base config's own

@@ -327,7 +327,8 @@ class DESAServer(ServerAlgorithm[DESAParams]):
             parts = [(s, bags_to_arrays(a)) for s, a in mixed]
             self.anchors, self.anchor_spaces = spaced_to_arrays(parts)
         else:
-            self.anchors, self.anchor_spaces = bags_to_arrays(mixed[0][1]), {}
+            one = mixed[0][1] if mixed else []
+            self.anchors, self.anchor_spaces = bags_to_arrays(one), {}
         return {
             "anchors": sum(len(a) for _, a in mixed),
             "synthetic_bytes": self.anchors_bytes(),

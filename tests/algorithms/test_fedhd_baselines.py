@@ -77,6 +77,20 @@ def tiny(tmp_path: Path, algo: str, *extra: str) -> ExperimentConfig:
 # ------------------------------------------------------------------ smoke
 
 
+def check_clean_run(run: InProcessRun, rec: dict[str, Any], algo: str) -> None:
+    """Every client's metrics in range, the audit clean, and only ``algo``'s
+    groups sent at each stage."""
+    for m in rec["evaluation"]["clients"].values():
+        assert 0.0 <= m["accuracy"] <= 1.0 and m["n"] >= 2
+    _, findings = audit(run.run_dir)
+    assert findings == []
+    sent: dict[str, set[str]] = {}
+    for line in (run.run_dir / "traffic.jsonl").open():
+        r = json.loads(line)
+        sent.setdefault(r["stage"], set()).update(g for g, *_ in r["sent"] or [])
+    assert sent == UPLOADS[algo]
+
+
 @pytest.mark.parametrize("algo", sorted(SMALL))
 def test_baseline_runs_two_rounds_and_sends_only_its_groups(
     tmp_path: Path, algo: str
@@ -87,15 +101,7 @@ def test_baseline_runs_two_rounds_and_sends_only_its_groups(
     rec = run.run()
     clients = rec["evaluation"]["clients"]
     assert len(clients) == 3
-    for m in clients.values():
-        assert 0.0 <= m["accuracy"] <= 1.0 and m["n"] >= 2
-    _, findings = audit(run.run_dir)
-    assert findings == []
-    sent: dict[str, set[str]] = {}
-    for line in (run.run_dir / "traffic.jsonl").open():
-        r = json.loads(line)
-        sent.setdefault(r["stage"], set()).update(g for g, *_ in r["sent"] or [])
-    assert sent == UPLOADS[algo]
+    check_clean_run(run, rec, algo)
     if algo == "histofs":  # one global model, averaged
         weights = run.server.global_weights()
         assert weights is not None

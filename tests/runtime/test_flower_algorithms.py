@@ -5,7 +5,9 @@ the real ClientApp, no processes) for the families beyond image classifiers:
 
 - slide bags with per-client evaluation (``evaluation.protocol: local``): FedHD
   (one-round synthetic-slide exchange, a hospital with its own architecture),
-  FedAvg-MIL, local MIL; the nodes evaluate their deployed model on their own test
+  FedAvg-MIL, local MIL, and FedHD, DESA and HistoFS with a feature extractor
+  per hospital (``spaces: adapt``: slides and styles per space, HistoFS's group
+  averages); the nodes evaluate their deployed model on their own test
   slides and only metrics come back;
 - self-supervised with a linear probe on the unseen hospital: FedAD (ATSA,
   disentangling head kept on the node).
@@ -27,6 +29,8 @@ from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.utils.io import read_jsonl
 from tests.algorithms.test_fedhd import FEDHD
 from tests.algorithms.test_fedhd import TINY as BAGS
+from tests.algorithms.test_fedhd_baselines import SMALL
+from tests.algorithms.test_fedhd_baselines_hetero import ADAPT
 from tests.runtime.test_flower_loopback import (
     nodes_for,
     run_over_grid,
@@ -69,8 +73,18 @@ def both(tmp_path: Path, base: list[str], *extra: str) -> tuple[ExperimentConfig
         [*FEDHD, "algorithm.params.models={hospital_2: transmil}"],
         ["algorithm.name=fedavg_mil", "train.rounds=2"],
         ["algorithm.name=local_mil"],
+        [*FEDHD, *ADAPT],
+        ["algorithm.name=desa", *SMALL["desa"], *ADAPT, "train.rounds=2"],
+        ["algorithm.name=histofs", *ADAPT, "train.rounds=2"],
     ],
-    ids=["fedhd", "fedavg_mil", "local_mil"],
+    ids=[
+        "fedhd",
+        "fedavg_mil",
+        "local_mil",
+        "fedhd_spaces",
+        "desa_spaces",
+        "histofs_spaces",
+    ],
 )
 def test_slide_bag_algorithms_with_local_evaluation(
     tmp_path: Path,

@@ -85,7 +85,7 @@ from fedpath.algorithms.mil_common import (
     own_model,
     real_bags,
 )
-from fedpath.algorithms.mil_spaces import SPACE_PREFIX, check_spaces
+from fedpath.algorithms.mil_spaces import SPACE_PREFIX, check_spaces, keep_spaced
 from fedpath.algorithms.names import FIT, MODEL, POOL, STATS, WEIGHTS
 from fedpath.mil.models import MILModel
 from fedpath.mil.styles import (
@@ -191,11 +191,7 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
 
     def fit(self, payload: Payload, state: ClientState) -> Payload:
         p, ctx = self.params, self.ctx
-        if POOL in payload.arrays:
-            state.arrays[RECEIVED_STYLES] = payload.arrays[POOL]
-            state.scalars.update(
-                {k: v for k, v in payload.scalars.items() if k.startswith(SPACE_PREFIX)}
-            )
+        keep_spaced(payload, state, POOL, into=RECEIVED_STYLES)
         real = real_bags(ctx)
         if self.adapt:
             model = self.group_model(payload, state)
@@ -340,10 +336,7 @@ class HistoFSServer(FedAvgServer):
                 states, counts, list(states[0]), self.params.bn_buffers
             )
             self.member.update(dict.fromkeys(members, group))
-        scalars = weighted_mean_scalars(
-            {c: Payload({}, {k: v for k, v in r.scalars.items() if k != "group"})
-             for c, r in replies.items()}
-        )  # fmt: skip
+        scalars = weighted_mean_scalars(replies)  # numeric: not the group names
         return {**scalars, "groups": len(self.groups)}
 
     def state(self) -> Payload:

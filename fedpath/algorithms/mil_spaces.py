@@ -153,10 +153,13 @@ class SyntheticPool:
             self.spaces.update(dict.fromkeys(got, space))
 
 
-def keep_spaced(payload: Payload, state: ClientState, group: str) -> None:
-    """Keep ``group`` of ``payload`` (and its ``space/<i>`` names) for later rounds."""
+def keep_spaced(
+    payload: Payload, state: ClientState, group: str, into: str | None = None
+) -> None:
+    """Keep ``group`` of ``payload`` (and its ``space/<i>`` names) for later
+    rounds, as the state group ``into`` (default: the same name)."""
     if group in payload.arrays:
-        state.arrays[group] = payload.arrays[group]
+        state.arrays[into or group] = payload.arrays[group]
         state.scalars.update(
             {k: v for k, v in payload.scalars.items() if k.startswith(SPACE_PREFIX)}
         )

@@ -316,14 +316,13 @@ class DESAServer(ServerAlgorithm[DESAParams]):
             }
             return weighted_mean_scalars(replies)
         why = "their synthetic slides cannot be averaged"
-        adapt = self.params.spaces == "adapt"
-        spaces = check_spaces(replies, "DESA", why, adapt)
+        spaces = check_spaces(replies, "DESA", why, self.params.adapt)
         by_space: dict[str, list[list[SlideBag]]] = {}
         for c in sorted(replies):
             bags = arrays_to_bags(replies[c].group(SYNTHETIC), c, c)
             by_space.setdefault(spaces[c], []).append(bags)
         mixed = [(s, mix_anchors(by_space[s])) for s in sorted(by_space)]
-        if adapt:  # one stack per space, mixed within it
+        if self.params.adapt:  # one stack per space, mixed within it
             parts = [(s, bags_to_arrays(a)) for s, a in mixed]
             self.anchors, self.anchor_spaces = spaced_to_arrays(parts)
         else:

@@ -147,10 +147,6 @@ class FedDGMServer(ServerAlgorithm[FedDGMParams]):
         super().__init__(params, ctx)
         self.pool = SyntheticPool(ctx.client_ids)
 
-    @property
-    def adapt(self) -> bool:
-        return self.params.spaces == "adapt"
-
     def stages(self, rnd: int) -> Sequence[str]:
         return (DISTILL, FIT) if rnd == 1 else (FIT,)
 
@@ -161,7 +157,7 @@ class FedDGMServer(ServerAlgorithm[FedDGMParams]):
             return round_only(clients, rnd)
         if stage != FIT:
             raise ProtocolError(f"feddgm has no stage {stage!r}")
-        return {c: self.pool.received(c, self.adapt, rnd) for c in clients}
+        return {c: self.pool.received(c, self.params.adapt, rnd) for c in clients}
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
@@ -169,7 +165,9 @@ class FedDGMServer(ServerAlgorithm[FedDGMParams]):
         if stage == FIT:
             return weighted_mean_scalars(replies)
         why = "samples of different feature extractors are not comparable"
-        self.pool.accept(replies, check_spaces(replies, "FedDGM", why, self.adapt))
+        self.pool.accept(
+            replies, check_spaces(replies, "FedDGM", why, self.params.adapt)
+        )
         return {
             "synthetic_slides": self.pool.num_slides(),
             "synthetic_bytes": sum(r.nbytes() for r in replies.values()),
@@ -178,7 +176,7 @@ class FedDGMServer(ServerAlgorithm[FedDGMParams]):
 
     def state(self) -> Payload:
         """The pool (FedHD's layout, :meth:`SyntheticPool.state`)."""
-        return self.pool.state(self.adapt)
+        return self.pool.state(self.params.adapt)
 
     def load_state(self, state: Payload) -> None:
         self.pool.load_state(state)

@@ -167,10 +167,6 @@ class FedHDServer(ServerAlgorithm):
         super().__init__(params, ctx)
         self.pool = SyntheticPool(ctx.client_ids)
 
-    @property
-    def adapt(self) -> bool:
-        return self.params.spaces == "adapt"
-
     def stages(self, rnd: int) -> Sequence[str]:
         return (DISTILL, FIT) if rnd == 1 else (FIT,)
 
@@ -183,7 +179,7 @@ class FedHDServer(ServerAlgorithm):
             raise ProtocolError(f"FedHD has no stage {stage!r}")
         if rnd > 1:  # clients kept what they received in round 1
             return round_only(clients, rnd)
-        return {c: self.pool.received(c, self.adapt, rnd) for c in clients}
+        return {c: self.pool.received(c, self.params.adapt, rnd) for c in clients}
 
     def aggregate(
         self, stage: str, rnd: int, replies: Mapping[str, Payload]
@@ -191,18 +187,18 @@ class FedHDServer(ServerAlgorithm):
         if stage == FIT:
             return weighted_mean_scalars(replies)
         why = "synthetic slides of different feature extractors are not comparable"
-        spaces = check_spaces(replies, "FedHD", why, self.adapt)
+        spaces = check_spaces(replies, "FedHD", why, self.params.adapt)
         self.pool.accept(replies, spaces)
         n = sum(int(r.scalars["num_slides"]) for r in replies.values())
         nbytes = sum(r.nbytes() for r in replies.values())
         out: dict[str, Scalar] = {"synthetic_slides": n, "synthetic_bytes": nbytes}
-        if self.adapt:
+        if self.params.adapt:
             out["embedding_spaces"] = len(set(spaces.values()))
         return {**out, **guard_scalars(replies)}
 
     def state(self) -> Payload:
         """The pool (:meth:`SyntheticPool.state`)."""
-        return self.pool.state(self.adapt)
+        return self.pool.state(self.params.adapt)
 
     def load_state(self, state: Payload) -> None:
         self.pool.load_state(state)

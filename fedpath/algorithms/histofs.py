@@ -120,16 +120,12 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
     """Upload pseudo styles once; train the global (or group) model with
     restyled bags."""
 
-    @property
-    def adapt(self) -> bool:
-        return self.params.spaces == "adapt"
-
     def group(self) -> str:
         space, _ = embedding_space(self.ctx)
         return group_of(architecture(self.ctx, self.params.models) or "", space)
 
     def deployed_model(self, payload: Payload, state: ClientState) -> MILModel:
-        if not self.adapt:
+        if not self.params.adapt:
             model = super().deployed_model(payload, state)
             assert isinstance(model, MILModel)
             return model
@@ -169,7 +165,7 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
         ]
         arr = torch.cat(styles).numpy().astype(np.float32)
         scalars: dict[str, Scalar] = {"num_examples": len(real)}
-        if self.adapt:
+        if self.params.adapt:
             space, dim = embedding_space(ctx)
             scalars.update(embedding_space=space, dim=dim)
             state.arrays[OWN_STYLES] = {"styles": arr}
@@ -193,7 +189,7 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
         p, ctx = self.params, self.ctx
         keep_spaced(payload, state, POOL, into=RECEIVED_STYLES)
         real = real_bags(ctx)
-        if self.adapt:
+        if self.params.adapt:
             model = self.group_model(payload, state)
         else:
             model = self.deployed_model(payload, state)
@@ -227,7 +223,7 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
             round_idx=ctx.round,
             on_epoch=ctx.on_epoch,
         )
-        if self.adapt:
+        if self.params.adapt:
             keep_model(state, model, architecture(ctx, p.models) or "")
             scalars["group"] = self.group()
         return Payload(
@@ -250,10 +246,6 @@ class HistoFSServer(FedAvgServer):
         self.member: dict[str, str] = {}
         self.groups: dict[str, ArrayDict] = {}
 
-    @property
-    def adapt(self) -> bool:
-        return self.params.spaces == "adapt"
-
     def stages(self, rnd: int) -> Sequence[str]:
         return (STATS, FIT) if rnd == 1 else (FIT,)
 
@@ -262,7 +254,7 @@ class HistoFSServer(FedAvgServer):
     ) -> dict[str, Payload]:
         if stage == STATS:
             return round_only(clients, rnd)
-        if not self.adapt:
+        if not self.params.adapt:
             out = super().configure(stage, rnd, clients)
             if rnd == 1:  # clients keep the styles for later rounds
                 for c in clients:
@@ -281,13 +273,13 @@ class HistoFSServer(FedAvgServer):
         return out
 
     def evaluate_payload(self, client: str) -> Payload:
-        if not self.adapt:
+        if not self.params.adapt:
             return super().evaluate_payload(client)
         group = self.member.get(client)
         return Payload({WEIGHTS: self.groups[group]} if group is not None else {})
 
     def global_weights(self) -> ArrayDict | None:
-        return None if self.adapt else self.weights
+        return None if self.params.adapt else self.weights
 
     def _senders(self, client: str) -> list[str]:
         """The clients whose styles ``client`` receives: the others (itself when
@@ -316,13 +308,13 @@ class HistoFSServer(FedAvgServer):
     ) -> dict[str, Scalar]:
         if stage == STATS:
             self.styles = {c: r.group(STYLES)["styles"] for c, r in replies.items()}
-            if self.adapt:
+            if self.params.adapt:
                 why = "their styles would be mixed across feature extractors"
                 self.spaces = check_spaces(replies, "HistoFS", why, adapt=True)
             out = weighted_mean_scalars(replies)
             out["styles"] = sum(len(s) for s in self.styles.values())
             return out
-        if not self.adapt:
+        if not self.params.adapt:
             return super().aggregate(stage, rnd, replies)
         if not replies:
             raise ProtocolError(f"round {rnd}: no client replied to stage {stage!r}")

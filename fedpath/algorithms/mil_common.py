@@ -61,6 +61,10 @@ def arrays_to_bags(arrays: ArrayDict, domain: str, prefix: str) -> list[SlideBag
     ]
 
 
+#: the scalar that names part ``i``'s space in a spaced group: ``space/<i>``
+SPACE_PREFIX = "space/"
+
+
 def spaced_to_arrays(
     parts: Sequence[tuple[str, ArrayDict]],
 ) -> tuple[ArrayDict, dict[str, Scalar]]:
@@ -74,7 +78,7 @@ def spaced_to_arrays(
         if len(part["sizes"]) == 0:
             continue
         i = len(scalars)
-        scalars[f"space/{i}"] = space
+        scalars[f"{SPACE_PREFIX}{i}"] = space
         arrays.update({f"{k}/{i}": v for k, v in part.items()})
     return arrays, scalars
 
@@ -85,12 +89,12 @@ def arrays_to_spaced(
     """The parts of :func:`spaced_to_arrays`, in order."""
     out = []
     i = 0
-    while f"space/{i}" in scalars:
+    while f"{SPACE_PREFIX}{i}" in scalars:
         suffix = f"/{i}"
         part = {
             k.removesuffix(suffix): v for k, v in arrays.items() if k.endswith(suffix)
         }
-        out.append((str(scalars[f"space/{i}"]), part))
+        out.append((str(scalars[f"{SPACE_PREFIX}{i}"]), part))
         i += 1
     return out
 

@@ -25,6 +25,7 @@ import torch
 
 from fedpath.algorithms.base import ClientContext
 from fedpath.algorithms.mil_common import (
+    SPACE_PREFIX,
     arrays_to_bags,
     arrays_to_spaced,
     concat_bags,
@@ -46,9 +47,6 @@ from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 #: client state: the input adapters of the foreign spaces (``spaces: adapt``);
 #: never sent, never deployed
 ADAPTERS = "adapters"
-
-#: the scalar that names part ``i``'s space in a spaced group
-SPACE_PREFIX = "space/"
 
 
 def check_spaces(
@@ -217,6 +215,7 @@ def keep_adapters(state: ClientState, net: MILModel) -> dict[str, Scalar]:
 
 __all__ = [
     "ADAPTERS",
+    "SPACE_PREFIX",
     "SyntheticPool",
     "check_spaces",
     "keep_adapters",

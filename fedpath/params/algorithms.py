@@ -466,18 +466,29 @@ class FedProxMILParams(FedAvgMILParams):
 
 
 @dataclass(frozen=True)
-class SpacesParams(MILTrainParams):
-    """Clients in different embedding spaces (per-client ``features``), for the
-    methods that share synthetic slides (FedHD, mean matching, DESA, FedDGM).
-
-    ``spaces: same`` refuses them; ``adapt`` gives each receiver's MIL model one
-    input adapter per foreign space (``adapter: linear``: LayerNorm + Linear;
-    ``mlp``: LayerNorm, Linear to ``adapter_hidden`` (0: the own dimension),
-    GELU, Linear), trained on the received synthetic slides only
-    (docs/fedhd_heterogeneous.md).
-    """
+class SpacesChoice(MILTrainParams):
+    """``spaces``: ``same`` refuses clients in different embedding spaces
+    (per-client ``features``); ``adapt`` lets them federate, each method in its
+    own way (docs/fedhd_heterogeneous.md)."""
 
     spaces: Literal["same", "adapt"] = "same"
+
+    @property
+    def adapt(self) -> bool:
+        return self.spaces == "adapt"
+
+
+@dataclass(frozen=True)
+class SpacesParams(SpacesChoice):
+    """Clients in different embedding spaces, for the methods that share
+    synthetic slides (FedHD, mean matching, DESA, FedDGM).
+
+    ``spaces: adapt`` gives each receiver's MIL model one input adapter per
+    foreign space (``adapter: linear``: LayerNorm + Linear; ``mlp``: LayerNorm,
+    Linear to ``adapter_hidden`` (0: the own dimension), GELU, Linear), trained
+    on the received synthetic slides only (docs/fedhd_heterogeneous.md).
+    """
+
     adapter: Literal["linear", "mlp"] = "linear"
     adapter_hidden: Annotated[int, Ge(0)] = 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fedpath.params.algorithms import MILTrainParams, SpacesParams
+from fedpath.params.algorithms import MILTrainParams, SpacesChoice, SpacesParams
 from fedpath.schema import Ge, Gt, Probability, Range, require
 
 
@@ -54,7 +54,7 @@ class DESAParams(SpacesParams):
 
 
 @dataclass(frozen=True)
-class HistoFSParams(MILTrainParams):
+class HistoFSParams(SpacesChoice):
     """HistoFS (Raswa et al., CVPR 2025): pseudo bag styles and authenticity.
 
     ``num_styles``: K pseudo styles per bag (k-means, W2 distance; reference 5)
@@ -70,8 +70,6 @@ class HistoFSParams(MILTrainParams):
     one space, foreign styles mapped into the receiver's space (histofs.py).
     """
 
-    spaces: Literal["same", "adapt"] = "same"
-
     num_styles: Annotated[int, Ge(1)] = 5
     kmeans_iters: Annotated[int, Ge(1)] = 50
     authenticity: Annotated[float, Range(0.0, 1.0)] = 0.4
@@ -82,7 +80,7 @@ class HistoFSParams(MILTrainParams):
 
     def validate(self) -> None:
         super().validate()
-        if self.spaces == "adapt":
+        if self.adapt:
             return
         require(
             not self.models,

@@ -105,7 +105,9 @@ class TrainConfig(Checked):
     ``clients_per_round`` (a count) overrides ``client_fraction`` when set.
     ``class_weights``: ``balanced`` weights each class's cross-entropy by
     n / (C * n_c) over the client's own training labels (for imbalanced data such as
-    atypical vs normal mitoses); ``none``: plain cross-entropy.
+    atypical vs normal mitoses); ``none``: plain cross-entropy. The MIL methods
+    (one slide per step) multiply each slide's loss by its class's weight; pooled
+    MIL training weights by the pooled slides' labels.
 
     Fine-tuning a (pretrained) image encoder:
     ``trainable``: ``all`` parameters, only the ``classifier`` (a frozen encoder),

@@ -33,6 +33,7 @@ from torch import nn
 from fedpath.algorithms.names import LOCAL, WEIGHTS
 from fedpath.config import TrainConfig
 from fedpath.data.base import Split
+from fedpath.losses import weighted_cross_entropy
 from fedpath.params.algorithms import AlgorithmParams  # noqa: F401  (its old home)
 from fedpath.registry import ALGORITHMS
 from fedpath.tasks.base import Task
@@ -128,6 +129,12 @@ class ClientContext:
         (``train.class_weights``)."""
         w = self._class_weight
         return F.cross_entropy(logits, y, weight=None if w is None else w.to(logits))
+
+    def bag_cross_entropy(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The slide-level loss of the MIL methods (one bag per step): each bag's
+        cross-entropy times its class's weight (``train.class_weights``), which
+        PyTorch's weighted mean would divide out again for a batch of one."""
+        return weighted_cross_entropy(logits, y, self._class_weight)
 
 
 @dataclass

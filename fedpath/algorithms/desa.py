@@ -228,9 +228,9 @@ class DESAClient(DistillFitClient):
         ) -> dict[str, Tensor]:
             out = m(features, label)
             if synthetic:
-                mil = ctx.cross_entropy(out.logits, label)
+                mil = ctx.bag_cross_entropy(out.logits, label)
             else:
-                mil = ctx.cross_entropy(out.logits, label) + out.aux_loss
+                mil = ctx.bag_cross_entropy(out.logits, label) + out.aux_loss
             total = mil
             terms = {"loss_synthetic" if synthetic else "loss_real": mil.detach()}
             dev = out.logits.device

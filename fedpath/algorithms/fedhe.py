@@ -105,7 +105,7 @@ class FedHEClient(OwnMILClient):
             y = int(label.reshape(-1)[0])
             sums[y] += out.logits.detach().reshape(-1).cpu()
             counts[y] += 1
-            mil = ctx.cross_entropy(out.logits, label) + out.aux_loss
+            mil = ctx.bag_cross_entropy(out.logits, label) + out.aux_loss
             proto = proto_term(out.logits, y, glob)
             return {
                 "loss": mil + p.ld_proto * proto,

@@ -200,14 +200,14 @@ class HistoFSClient(ClientAlgorithm[HistoFSParams]):
             m: MILModel, features: Tensor, label: Tensor, synthetic: bool
         ) -> dict[str, Tensor]:
             out = m(features, label)
-            mil = ctx.cross_entropy(out.logits, label) + out.aux_loss
+            mil = ctx.bag_cross_entropy(out.logits, label) + out.aux_loss
             terms: dict[str, Tensor] = {"loss_real": mil.detach()}
             use = styles is not None and float(torch.rand(1, generator=gen)) < p.aug_p
             if not use or styles is None:
                 return {"loss": mil, **terms}
             k = int(torch.randint(len(styles), (1,), generator=gen))
             aug = m(adain(features, styles[k].to(features)), label)
-            ce_aug = ctx.cross_entropy(aug.logits, label)
+            ce_aug = ctx.bag_cross_entropy(aug.logits, label)
             a_orig = out.attention.detach()
             a = authenticity(a_orig, aug.attention, p.authenticity).detach()
             cons = 1.0 - F.cosine_similarity(a_orig, aug.attention, dim=-1).mean()

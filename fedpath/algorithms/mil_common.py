@@ -197,7 +197,7 @@ def train_bags(
     return ctx.task.bags().fit(
         model,
         real,
-        bag_loss(ctx.cross_entropy, synthetic_loss, penalty),
+        bag_loss(ctx.bag_cross_entropy, synthetic_loss, penalty),
         synthetic=synthetic,
         synthetic_from=synthetic_from,
         seed=ctx.seed_for("mil"),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fedpath.algorithms.base import (
     ClientAlgorithm,
@@ -31,6 +31,7 @@ from fedpath.algorithms.mil_common import (
 )
 from fedpath.algorithms.names import FIT, REAL_SLIDES, UPLOAD, WEIGHTS
 from fedpath.config import ConfigError
+from fedpath.losses import weighted_cross_entropy
 from fedpath.mil.bags import SlideBag
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 
@@ -86,11 +87,12 @@ class PooledMILServer(ServerAlgorithm[MILTrainParams]):
         task = self.ctx.task.bags()
         model = task.build_model()
         model.load_state_dict({k: torch.from_numpy(v) for k, v in self.weights.items()})
-        # the coordinator's own training: plain (unweighted) cross-entropy
+        # train.class_weights over the pooled slides' labels
+        weight = task.class_weight(np.array([b.label for b in self.slides]))
         scalars = task.fit(
             model,
             self.slides,
-            bag_loss(F.cross_entropy),
+            bag_loss(lambda logits, y: weighted_cross_entropy(logits, y, weight)),
             seed=derive_seed(self.ctx.seed, rnd, "pooled") % (2**31),
             round_idx=rnd,
         )

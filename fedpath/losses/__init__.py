@@ -30,7 +30,11 @@ References
 """
 
 from fedpath.losses._common import NORM_EPS
-from fedpath.losses.prediction import generalized_cross_entropy, js_divergence
+from fedpath.losses.prediction import (
+    generalized_cross_entropy,
+    js_divergence,
+    weighted_cross_entropy,
+)
 from fedpath.losses.proximal import Proximal, proximal_term, snapshot_parameters
 from fedpath.losses.self_supervised import (
     moon_contrastive,
@@ -54,4 +58,5 @@ __all__ = [
     "snapshot_parameters",
     "supcon_loss",
     "teacher_alignment_loss",
+    "weighted_cross_entropy",
 ]

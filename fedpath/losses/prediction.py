@@ -123,3 +123,31 @@ def generalized_cross_entropy(
     log_py = F.log_softmax(logits, dim=1).gather(1, targets.long().view(-1, 1))
     per_sample = -torch.expm1(q * log_py.squeeze(1)) / q
     return _reduce(per_sample, reduction)
+
+
+def weighted_cross_entropy(
+    logits: Tensor, targets: Tensor, weight: Tensor | None = None
+) -> Tensor:
+    r"""Cross-entropy with each sample weighted by its class's weight, averaged
+    over the batch:
+
+    .. math:: L = \frac{1}{B} \sum_{i=1}^{B} w_{y_i} \, (-\log p_{y_i})
+
+    Unlike ``F.cross_entropy(..., weight=w)``, which divides by
+    :math:`\sum_i w_{y_i}`, the weight survives a batch of one: a MIL step sees
+    one slide, and there the weighted mean would be the plain loss again. With
+    balanced weights :math:`w_c = n / (C n_c)` the expected weight of a training
+    sample is 1, so the loss keeps its scale. ``weight=None``: plain mean
+    cross-entropy.
+    """
+    _check_tensor("logits", logits, (2,))
+    _check_labels("targets", targets, logits.shape[0], "row of logits")
+    per_sample = F.cross_entropy(logits, targets, reduction="none")
+    if weight is None:
+        return per_sample.mean()
+    if weight.dim() != 1 or weight.shape[0] != logits.shape[1]:
+        raise ValueError(
+            f"weight must have shape ({logits.shape[1]},) (one per class), "
+            f"got {tuple(weight.shape)}"
+        )
+    return (weight.to(per_sample)[targets] * per_sample).mean()

@@ -52,10 +52,17 @@ def _target(rec: dict, select: str, adapted: bool = False) -> dict:
     (``adapted``: with BatchNorm statistics re-estimated on its unlabelled
     images, ``evaluation.adapt_bn``)."""
     ev = rec["evaluation"]
-    if select == "selected":
-        if "selected" not in ev:
-            raise SystemExit("--select selected: run without partition.validation")
-        ev = ev["selected"]
+    if select != "last":
+        if select not in ev:
+            raise SystemExit(
+                f"--select {select}: a run without "
+                + (
+                    "partition.validation"
+                    if select == "selected"
+                    else "evaluation.swa_from"
+                )
+            )
+        ev = ev[select]
     if not adapted:
         return dict(ev["target"])
     if "adapted" not in ev:
@@ -139,9 +146,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/amibr_table"))
     ap.add_argument(
         "--select",
-        choices=("last", "selected"),
+        choices=("last", "selected", "averaged"),
         default="last",
-        help="the last round, or the round chosen on the sources' validation split",
+        help="the last round, the round chosen on the sources' validation split, "
+        "or the mean of the last rounds' weights (evaluation.swa_from)",
     )
     ap.add_argument(
         "--adapted",

@@ -96,7 +96,7 @@ class ModelMeta:
     weights_source: str = ""
     weights_sha256: str = ""
     weights_licence: str = ""
-    # which round's weights (``selection``: last | selected) and the decision rule
+    # which weights (``selection``: last | selected | averaged) and the decision rule
     # fitted on the source validation slides; None: none (older files too)
     round: int | None = None
     selection: str = ""

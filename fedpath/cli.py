@@ -133,9 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument(
         "--select",
         default="last",
-        choices=["last", "selected"],
-        help="the last round's model, or the round selected on the sources' "
-        "validation slides (runs with partition.validation > 0; --split target)",
+        choices=["last", "selected", "averaged"],
+        help="the last round's model, the round selected on the sources' "
+        "validation slides (runs with partition.validation > 0), or the mean of "
+        "the last rounds' weights (runs with evaluation.swa_from > 0); the last "
+        "two with --split target or adapted",
     )
     table.add_argument(
         "--format", default="markdown", choices=["markdown", "csv", "latex"]

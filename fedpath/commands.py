@@ -337,6 +337,8 @@ def _print_table(
     }[split]
     if select == "selected":
         title += ", round selected on the sources' validation slides"
+    elif select == "averaged":
+        title += ", weights averaged over the last rounds"
     console = _console(False)  # the table is the output asked for, even when quiet
     if fmt == "markdown":
         console.print(

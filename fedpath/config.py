@@ -114,11 +114,31 @@ class ExperimentConfig(Checked):
             self.partition.validation,
         )
         require(
-            validating or self.runtime.export == "last",
+            validating or self.runtime.export != "selected",
             "runtime.export",
-            "'last' unless partition.validation > 0 (no validation split to select "
-            "a round on)",
+            "not 'selected' unless partition.validation > 0 (no validation split to "
+            "select a round on)",
             self.runtime.export,
+        )
+        swa = self.evaluation.swa_from
+        require(
+            self.runtime.export != "averaged" or swa > 0,
+            "runtime.export",
+            "not 'averaged' unless evaluation.swa_from > 0 (no averaged weights)",
+            self.runtime.export,
+        )
+        require(
+            swa <= self.train.rounds,
+            "evaluation.swa_from",
+            f"a round in 1..train.rounds ({self.train.rounds}), or 0 (off)",
+            swa,
+        )
+        require(
+            swa == 0 or self.evaluation.protocol == "classifier",
+            "evaluation.swa_from",
+            "0 unless evaluation.protocol is 'classifier' (the global model's "
+            "weights are averaged)",
+            swa,
         )
         require(
             self.evaluation.tta == "none"

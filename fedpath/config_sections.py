@@ -222,6 +222,12 @@ class EvalConfig(Checked):
     scored; with ``all`` from the scored images themselves (transductive, as a
     hospital adapting on the images it then classifies). ``model.fpm`` keeps the
     federation's statistics; a hospital adapts its copy with ``fedpath adapt-bn``.
+
+    ``swa_from``: also report the uniform mean of the global weights after rounds
+    ``swa_from .. train.rounds`` (SWA across rounds, :mod:`fedpath.runtime.averaging`;
+    0: off): ``evaluation.averaged`` in ``final.json``, with its own calibration
+    and operating point under validation and its ``adapted`` block under
+    ``adapt_bn``; ``runtime.export: averaged`` exports it.
     """
 
     config_section = "evaluation"
@@ -247,6 +253,7 @@ class EvalConfig(Checked):
     target_sensitivity: Annotated[float | None, Range(0, 1, lo_open=True)] = None
     tta: Literal["none", "dihedral"] = "none"
     adapt_bn: bool = False
+    swa_from: Annotated[int, Ge(0)] = 0
 
 
 def _is_device(name: str) -> bool:
@@ -266,7 +273,8 @@ class RuntimeConfig(Checked):
     statistics and the classifier stay in float32.
     ``threads``: torch intra-op threads (null: leave torch's default).
     ``checkpoint``: write a checkpoint after every round (needed for ``--resume``).
-    ``export``: ``model.fpm`` holds the ``last`` or the ``selected`` round's model.
+    ``export``: ``model.fpm`` holds the ``last`` or the ``selected`` round's model,
+    or the ``averaged`` weights (``evaluation.swa_from``).
     ``feature_cache``: folder of the encoded images of ``train.cache_features``
     (null: ``<output_dir>/feature_cache``); one HDF5 file per dataset, encoder
     and weights, reused by every later run.
@@ -289,7 +297,7 @@ class RuntimeConfig(Checked):
     threads: Annotated[int | None, Ge(1)] = None
     checkpoint: bool = True
     export_model: bool = True
-    export: Literal["last", "selected"] = "last"
+    export: Literal["last", "selected", "averaged"] = "last"
     feature_cache: str | None = None
     tracking: Literal["none", "tensorboard", "mlflow"] = "none"
     tracking_dir: str | None = None

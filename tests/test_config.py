@@ -237,11 +237,29 @@ def test_dataset_params_name_the_key_when_built_in_code() -> None:
         ),
         (
             ["runtime.export=selected"],
-            r"'runtime.export': expected 'last' unless partition.validation > 0",
+            r"'runtime.export': expected not 'selected' unless partition.validation "
+            r"> 0",
         ),
         (
             ["runtime.export=best"],
-            r"'runtime.export': expected one of 'last', 'selected'",
+            r"'runtime.export': expected one of 'last', 'selected', 'averaged'",
+        ),
+        (
+            ["runtime.export=averaged"],
+            r"'runtime.export': expected not 'averaged' unless evaluation.swa_from > 0",
+        ),
+        (
+            ["train.rounds=3", "evaluation.swa_from=4"],
+            r"'evaluation.swa_from': expected a round in 1..train.rounds \(3\), or 0",
+        ),
+        (
+            ["evaluation.swa_from=-1"],
+            r"'evaluation.swa_from': expected",
+        ),
+        (
+            ["evaluation.swa_from=1", "evaluation.protocol=linear_probe"],
+            r"'evaluation.swa_from': expected 0 unless evaluation.protocol is "
+            r"'classifier'",
         ),
         (
             ["evaluation.target_sensitivity=0.9"],

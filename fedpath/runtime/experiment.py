@@ -99,6 +99,10 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
 #: the splits of ``fedpath table --split``, in the order one is picked by default
 SPLITS = ("target", "clients", "source_mean", "source_worst", "adapted")
+#: which weights of a run a table reads (``--select``), and what a run without
+#: them was trained with
+SELECTS = ("last", "selected", "averaged")
+WHY_NOT = {"selected": "partition.validation=0", "averaged": "evaluation.swa_from=0"}
 
 
 def _split_metrics(ev: dict[str, Any], split: str) -> dict[str, Any] | None:
@@ -144,21 +148,25 @@ def collect_rows(
     row per client, so the table is clients x methods as in FedHD's) or
     ``adapted`` (the target with BatchNorm statistics re-estimated on its
     unlabelled images: runs with ``evaluation.adapt_bn``).
-    ``select``: the ``last`` round's global model, or the round ``selected`` on
-    the sources' validation slides (``partition.validation`` > 0; the target
-    split only). A run without metrics for ``split`` gives no row; when no run
-    has any, the error names the splits these runs have (:func:`splits_of`).
+    ``select``: the ``last`` round's global model, the round ``selected`` on
+    the sources' validation slides (``partition.validation`` > 0), or the
+    ``averaged`` weights of the last rounds (``evaluation.swa_from``); the last
+    two for the target split only (or adapted). A run without metrics for
+    ``split`` gives no row; when no run has any, the error names the splits these
+    runs have (:func:`splits_of`).
     """
-    if select not in ("last", "selected"):
-        raise ConfigError(f"select: expected 'last' or 'selected', got {select!r}")
+    if select not in SELECTS:
+        raise ConfigError(
+            f"select: expected {', '.join(map(repr, SELECTS))}, got {select!r}"
+        )
     if split not in SPLITS:
         raise ConfigError(
             f"split: expected {', '.join(map(repr, SPLITS))}, got {split!r}"
         )
-    if select == "selected" and split not in ("target", "adapted"):
+    if select != "last" and split not in ("target", "adapted"):
         raise ConfigError(
-            f"--select selected: only --split target (or adapted) has a selected "
-            f"round's metrics, got --split {split}"
+            f"--select {select}: only --split target (or adapted) has {select} "
+            f"metrics, got --split {split}"
         )
     rows = []
     metrics: Mapping[str, Any] | None
@@ -170,13 +178,13 @@ def collect_rows(
             for cid, metrics in ev.get("clients", {}).items():
                 rows.append(ResultRow(rec["method"], cid, int(rec["seed"]), metrics))
             continue
-        if select == "selected":
-            if "selected" not in ev:
+        if select != "last":
+            if select not in ev:
                 raise ConfigError(
-                    f"--select selected: run {str(run)!r} has no selected round "
-                    "(it was trained with partition.validation=0); use --select last"
+                    f"--select {select}: run {str(run)!r} has no {select} weights "
+                    f"(it was trained with {WHY_NOT[select]}); use --select last"
                 )
-            metrics = _split_metrics(ev["selected"], split)
+            metrics = _split_metrics(ev[select], split)
         else:
             metrics = _split_metrics(ev, split)
         if metrics is not None:

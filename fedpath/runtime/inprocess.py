@@ -30,6 +30,7 @@ from fedpath.algorithms.base import ClientAlgorithm, ProtocolError, derive_seed
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import ClientData, LodoFold, make_clients
+from fedpath.runtime.averaging import RoundAverage
 from fedpath.runtime.context import RunContext
 from fedpath.runtime.evaluate import (
     eval_splits,
@@ -127,6 +128,9 @@ class InProcessRun:
             if cfg.partition.validation > 0
             else None
         )
+        #: weight averaging across rounds (None: evaluation.swa_from is 0)
+        swa = cfg.evaluation.swa_from
+        self.averager = RoundAverage(swa) if swa > 0 else None
 
     # ------------------------------------------------------------------ set-up
 
@@ -203,6 +207,8 @@ class InProcessRun:
                 final = final | self.selector.final(
                     self.task, model, load, last, target, self.validation_predictions
                 )
+            if self.averager is not None and last is not None:
+                final = final | self._averaged(last)
             if self.cfg.evaluation.adapt_bn and last is not None:
                 final = self._adapted(final, last)
             record = {
@@ -261,6 +267,10 @@ class InProcessRun:
                 }
             )
             times.server += time.perf_counter() - t0
+        if self.averager is not None:
+            weights = self.server.global_weights()
+            if weights is not None:
+                self.averager.update(rnd, weights)
         evaluation: dict[str, Any] = {}
         t0 = time.perf_counter()
         if rnd % self.cfg.train.eval_every == 0 or rnd == self.cfg.train.rounds:
@@ -469,8 +479,32 @@ class InProcessRun:
             selected = dict(out.get("selected", {}))
             selected["adapted"] = block(self.selector.best.weights)
             out["selected"] = selected
+        averaged = self.averager.weights(last) if self.averager else None
+        if averaged is not None:
+            out["averaged"] = {**out["averaged"], "adapted": block(averaged)}
         self._load_eval_weights(last)
         return out
+
+    def _averaged(self, last: ArrayDict) -> dict[str, Any]:
+        """``evaluation.swa_from``: the ``averaged`` block, the target metrics of
+        the mean of the global weights (and, with validation, its own temperature
+        and operating point)."""
+        assert self.averager is not None
+        weights = self.averager.weights(last)
+        if weights is None:
+            return {}
+        target = self.eval_splits[("target", self.fold.target)]
+        self._load_eval_weights(weights)
+        block: dict[str, Any] = {
+            "rounds": self.averager.rounds,
+            "target": self.task.evaluate(self.eval_model, target),
+        }
+        if self.selector is not None:
+            val = self.validation_predictions(weights)
+            self._load_eval_weights(weights)
+            block.update(self.selector.decide(self.task, self.eval_model, target, val))
+        self._load_eval_weights(last)
+        return {"averaged": block}
 
     def _load_eval_weights(self, weights: ArrayDict) -> None:
         own = self.eval_model.state_dict()
@@ -483,8 +517,9 @@ class InProcessRun:
     def _checkpoint_bytes(self, rnd: int) -> bytes:
         """The state after round ``rnd``, serialized (written after the records)."""
         selected = self.selector.state() if self.selector is not None else None
+        averaged = self.averager.state() if self.averager is not None else None
         ckpt = Checkpoint(
-            rnd, self.server.state(), self.states, self._last_eval, selected
+            rnd, self.server.state(), self.states, self._last_eval, selected, averaged
         )
         return checkpoint_bytes(ckpt, self.cfg.hash(), self.fold.target, self.seed)
 
@@ -498,6 +533,8 @@ class InProcessRun:
         self._last_eval = ckpt.last_eval
         if self.selector is not None:
             self.selector.load_state(ckpt.selected)
+        if self.averager is not None:
+            self.averager.load_state(ckpt.averaged)
         return ckpt.round
 
     def _save_final(self, record: Mapping[str, Any]) -> None:
@@ -505,6 +542,8 @@ class InProcessRun:
         which, rnd = self.cfg.runtime.export, self.cfg.train.rounds
         if which == "selected" and self.selector and self.selector.best:
             weights, rnd = self.selector.best.weights, self.selector.best.round
+        if which == "averaged" and self.averager and weights is not None:
+            weights = self.averager.weights(weights)
         if weights is not None and self.cfg.runtime.export_model:
             self._load_eval_weights(weights)
             # the task says whether its models export (MIL models: not yet)

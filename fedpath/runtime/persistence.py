@@ -3,7 +3,8 @@
 A run directory holds ``results.jsonl`` (one JSON record per line, appended as the
 run goes), ``checkpoint.pt`` (rewritten atomically after every round: the server
 state, every client's :class:`~fedpath.types.ClientState`, the last evaluation and,
-with ``partition.validation``, the selected round's weights),
+with ``partition.validation``, the selected round's weights; with
+``evaluation.swa_from``, the running mean of the global weights),
 ``final.json`` and, for image classifiers, ``model.fpm``. Resuming loads the
 checkpoint and drops the records of rounds after it (the round that crashed), so a
 resumed run writes exactly the records of an uninterrupted one.
@@ -47,6 +48,8 @@ class Checkpoint:
 
     ``selected``: the best validation round so far (its global weights, ``round``
     and ``value``; :mod:`fedpath.runtime.selection`), None without validation.
+    ``averaged``: the running mean of the global weights
+    (:mod:`fedpath.runtime.averaging`), None without ``evaluation.swa_from``.
     """
 
     round: int
@@ -54,6 +57,7 @@ class Checkpoint:
     clients: dict[str, ClientState]
     last_eval: dict[str, Any]
     selected: Payload | None = None
+    averaged: Payload | None = None
 
 
 def save_checkpoint(
@@ -86,6 +90,8 @@ def checkpoint_bytes(ckpt: Checkpoint, config_hash: str, fold: str, seed: int) -
     }
     if ckpt.selected is not None:  # absent without validation: the old layout
         tree["selected"] = payload_to_tree(ckpt.selected)
+    if ckpt.averaged is not None:
+        tree["averaged"] = payload_to_tree(ckpt.averaged)
     tree["digest"] = tree_digest(tree)
     buf = io.BytesIO()
     torch.save(tree, buf)
@@ -157,6 +163,7 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
         },
         last_eval=json.loads(raw.get("last_eval", "{}")),
         selected=payload_from_tree(raw["selected"]) if "selected" in raw else None,
+        averaged=payload_from_tree(raw["averaged"]) if "averaged" in raw else None,
     )
     truncate_results(run_dir / RESULTS, ckpt.round)
     if (run_dir / TRAFFIC).is_file():

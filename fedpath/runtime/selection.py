@@ -378,9 +378,9 @@ def validation_reply(
 
 def exported_decision(evaluation: Mapping[str, Any], which: str) -> dict[str, Any]:
     """The :class:`~fedpath.artifact.ModelMeta` fields of the exported weights
-    (``which``: ``last`` or ``selected``): their round, temperature and
+    (``which``: ``last``, ``selected`` or ``averaged``): their temperature and
     threshold; empty without validation."""
-    block = evaluation.get("selected", {}) if which == "selected" else evaluation
+    block = evaluation.get(which, {}) if which != "last" else evaluation
     if "calibrated" not in block:
         return {}
     op = block.get("operating_point", {})

@@ -230,16 +230,19 @@ def _tables(b: _Builder, exp: Experiment) -> None:
                 "the unseen domain's</h3>"
             )
             b.add(result_table(table, worst=False, key="source accuracy"))
-        if all(
-            "selected" in (r.final or {}).get("evaluation", {}) for r in exp.finished
-        ):
-            sel = collect_rows([exp.root], "target", "selected")
-            table = _ordered(build_table(sel, metric="balanced_accuracy"), methods)
-            b.add(
-                "<h3>balanced_accuracy (%) at the unseen domain, round selected on "
-                "the sources' validation slides</h3>"
-            )
-            b.add(result_table(table, key="balanced_accuracy (selected round)"))
+        for select, what, key in (
+            ("selected", "round selected on the sources' validation slides",
+             "selected round"),
+            ("averaged", "weights averaged over the last rounds "
+             "(evaluation.swa_from)", "averaged weights"),
+        ):  # fmt: skip
+            if all(
+                select in (r.final or {}).get("evaluation", {}) for r in exp.finished
+            ):
+                rows = collect_rows([exp.root], "target", select)
+                table = _ordered(build_table(rows, metric="balanced_accuracy"), methods)
+                b.add(f"<h3>balanced_accuracy (%) at the unseen domain, {what}</h3>")
+                b.add(result_table(table, key=f"balanced_accuracy ({key})"))
         _adapted_table(b, exp, methods)
 
 

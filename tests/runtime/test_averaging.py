@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 from fedpath.artifact import read_model_file
 from fedpath.config import ConfigError, load_config
 from fedpath.data.partition import lodo_plan
+from fedpath.report import write_report
 from fedpath.runtime.averaging import RoundAverage
 from fedpath.runtime.experiment import (
     collect_rows,
@@ -21,6 +23,7 @@ from fedpath.runtime.experiment import (
 )
 from fedpath.runtime.inprocess import InProcessRun
 from tests.conftest import tiny_overrides
+from tests.test_report import _cells
 
 SWA = [
     "lodo.targets=[hospital_2]",
@@ -108,6 +111,20 @@ def test_averaged_block_scores_the_mean_of_rounds_2_to_4(tmp_path: Path) -> None
     # tables read it with --select averaged
     (row,) = collect_rows([tmp_path / "run"], "target", "averaged")
     assert row.metrics == block["target"]
+
+
+def test_the_report_shows_the_averaged_weights(tmp_path: Path) -> None:
+    cfg = load_config(None, tiny_overrides(tmp_path, *SWA[:-1], "train.rounds=2",
+                                            "evaluation.swa_from=1"))  # fmt: skip
+    (record,) = run_experiment(cfg)
+    write_report([tmp_path], tmp_path / "report.html", figures=False)
+    html = (tmp_path / "report.html").read_text()
+    cells = _cells(html, re.escape("balanced_accuracy (averaged weights)"))
+    block = record["evaluation"]["averaged"]
+    assert block["rounds"] == [1, 2]
+    assert cells[("fedavg", "hospital_2")] == pytest.approx(
+        100 * block["target"]["balanced_accuracy"], abs=1e-9
+    )
 
 
 def test_a_table_of_runs_without_averaging_names_the_option(tmp_path: Path) -> None:

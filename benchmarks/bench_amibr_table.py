@@ -35,6 +35,7 @@ from _common import amibr_root, run_wall, split_overrides
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
+from fedpath.runtime.experiment import WHY_NOT
 
 FOLDS = ("MIDOG21_HamamatsuXR", "MIDOG21_HamamatsuS360", "MIDOG21_AperioCS2", "TUPAC16")
 METRICS = ("balanced_accuracy", "auroc", "ece")
@@ -54,14 +55,7 @@ def _target(rec: dict, select: str, adapted: bool = False) -> dict:
     ev = rec["evaluation"]
     if select != "last":
         if select not in ev:
-            raise SystemExit(
-                f"--select {select}: a run without "
-                + (
-                    "partition.validation"
-                    if select == "selected"
-                    else "evaluation.swa_from"
-                )
-            )
+            raise SystemExit(f"--select {select}: a run with {WHY_NOT[select]}")
         ev = ev[select]
     if not adapted:
         return dict(ev["target"])

@@ -41,8 +41,9 @@ from scipy import linalg
 from torch import Tensor, nn
 
 from fedpath.config import load_config
-from fedpath.mil.decoder import render, train_decoder
+from fedpath.mil.decoder import render
 from fedpath.mil.decoder_gan import AdversarialOptions
+from fedpath.mil.decoder_train import train_decoder
 from fedpath.mil.render_run import _embed
 from fedpath.runtime.experiment import load_dataset
 

@@ -5,12 +5,17 @@ import PyTorch (1.5-3 s, ~800 MiB). ``fedpath list`` and ``--help`` should answe
 at once, so the built-in entries' names and one-line summaries are also kept in
 ``catalog.json`` beside this module, generated from the live registries, with
 where each entry's params dataclass lives (``"module:QualName"``, a module of
-:mod:`fedpath.params` that imports no PyTorch; null: no parameters). The
-registries answer ``names()``, ``in`` and ``params(name)`` from it until their
-plugins are loaded, so validating a config (``fedpath check``) needs no PyTorch
-either:
+:mod:`fedpath.params` that imports no PyTorch; null: no parameters) and, for
+an algorithm, its wire facts (``"facts"``: what each stage sends, SecAgg+ and
+DP, the params a hospital's caps bound; :mod:`fedpath.wire`). The registries
+answer ``names()``, ``in``, ``params(name)`` and ``facts(name)`` from it until
+their plugins are loaded, so validating a config (``fedpath check``) and a
+node's policy checks need no PyTorch either. Its ``"modules"`` section lists
+the algorithm modules it was made from: a module it does not list (a new
+algorithm) makes the registry load the plugins instead, so the file is the fast
+path, never a list a new algorithm must be added to:
 
-    python -m fedpath.catalog --write     # after registering a new built-in
+    python -m fedpath.catalog --write     # after adding or changing a built-in
     python -m fedpath.catalog --check     # exit 1 when catalog.json is stale
 
 A unit test runs the check, so a stale file fails the test command rather than
@@ -24,7 +29,10 @@ import argparse
 import json
 import sys
 from importlib import resources
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from fedpath.registry import Entry
 
 #: section title -> (registry name in fedpath.registry, what the section holds)
 KINDS: dict[str, tuple[str, str]] = {
@@ -39,14 +47,16 @@ KINDS: dict[str, tuple[str, str]] = {
 
 
 class CatalogEntry(TypedDict):
-    """One registered name: its one-line summary and its params class (or None)."""
+    """One registered name: its one-line summary, its params class (or None) and
+    its declared facts, if any (an algorithm's wire facts)."""
 
     doc: str
     params: str | None
+    facts: NotRequired[dict[str, Any]]
 
 
-#: kind -> name -> entry
-Catalog = dict[str, dict[str, CatalogEntry]]
+#: kind -> name -> entry, and ``"modules"`` -> kind -> the plugin modules seen
+Catalog = dict[str, dict[str, Any]]
 
 
 def params_path(cls: type | None) -> str | None:
@@ -59,12 +69,21 @@ def collect() -> Catalog:
     from fedpath import registry
 
     out: Catalog = {}
+    modules: dict[str, list[str]] = {}
     for kind, (attr, _) in KINDS.items():
         reg: registry.Registry[Any] = getattr(registry, attr)
-        out[kind] = {
-            e.name: {"doc": e.doc, "params": params_path(e.params)}
-            for e in reg.entries()
-        }
+        out[kind] = {e.name: entry(e) for e in reg.entries()}
+        if reg.discover:
+            modules[kind] = list(registry.plugin_modules(reg.plugins))
+    out[registry.MODULES] = modules
+    return out
+
+
+def entry(e: Entry[Any]) -> CatalogEntry:
+    """The catalog's record of one registry entry."""
+    out: CatalogEntry = {"doc": e.doc, "params": params_path(e.params)}
+    if e.facts is not None:
+        out["facts"] = e.facts
     return out
 
 
@@ -107,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if path.read_text("utf-8") != live:
         print(
-            "fedpath/catalog.json is out of date with the registries; "
+            "fedpath/catalog.json is out of date with the registries (an entry, "
+            "its facts or the algorithm modules changed); "
             "run `python -m fedpath.catalog --write`",
             file=sys.stderr,
         )

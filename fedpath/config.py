@@ -76,6 +76,14 @@ class ExperimentConfig(Checked):
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def validate(self) -> None:
+        """Check the rules between sections (each section checks its own keys);
+        the first broken rule fails, naming its key."""
+        self._validate_run()
+        self._validate_selection()
+        self._validate_evaluation()
+
+    def _validate_run(self) -> None:
+        """The held-out domain, the seeds and the run directory's names."""
         require(
             self.lodo.targets != "none" or self.evaluation.protocol == "local",
             "evaluation.protocol",
@@ -105,6 +113,9 @@ class ExperimentConfig(Checked):
                 "it names the run directory under output_dir",
                 value,
             )
+
+    def _validate_selection(self) -> None:
+        """Validation slides, the exported weights and weight averaging."""
         validating = self.partition.validation > 0
         require(
             not validating or self.evaluation.protocol == "classifier",
@@ -140,6 +151,9 @@ class ExperimentConfig(Checked):
             "weights are averaged)",
             swa,
         )
+
+    def _validate_evaluation(self) -> None:
+        """Test-time augmentation, BatchNorm adaptation and the operating point."""
         require(
             self.evaluation.tta == "none"
             or not self.train.cache_features
@@ -164,7 +178,7 @@ class ExperimentConfig(Checked):
             self.evaluation.adapt_bn,
         )
         require(
-            validating or self.evaluation.target_sensitivity is None,
+            self.partition.validation > 0 or self.evaluation.target_sensitivity is None,
             "evaluation.target_sensitivity",
             "null unless partition.validation > 0 (the threshold is chosen on the "
             "source validation split)",

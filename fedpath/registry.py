@@ -9,14 +9,24 @@ and those import PyTorch. Validating a config only needs the names and the param
 dataclasses, so until the plugins are loaded a registry answers :meth:`~Registry.names`,
 ``in`` and :meth:`~Registry.params` from ``fedpath/catalog.json`` (generated from
 the live registries, see :mod:`fedpath.catalog`), whose params classes live in
-torch-free modules (:mod:`fedpath.params`).
+torch-free modules (:mod:`fedpath.params`). An entry may also carry declared
+facts (an algorithm's wire facts, :mod:`fedpath.wire`), answered the same way
+by :meth:`~Registry.facts`.
+
+A registry whose plugins are packages (``discover=True``) counts every module of
+them as a plugin: a module the catalog has not seen (a new algorithm's file)
+means the catalog lacks its entries, so the registry loads the plugins instead
+of answering from the catalog. A new built-in thus works before the catalog is
+regenerated; the catalog stays the fast path.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
+import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -40,20 +50,40 @@ class UnknownNameError(KeyError):
 
 @dataclass(frozen=True)
 class Entry(Generic[T]):
-    """A registered object plus the dataclass of its tunable parameters (or None)."""
+    """A registered object plus the dataclass of its tunable parameters (or None)
+    and its declared facts (JSON-like; None: none declared)."""
 
     name: str
     obj: T
     params: type | None
     doc: str
+    facts: dict[str, Any] | None = None
+
+
+#: the catalog's section listing, per kind, the plugin modules it was made from
+MODULES = "modules"
 
 
 @functools.cache
-def shipped_catalog() -> dict[str, dict[str, dict[str, Any]]]:
-    """``fedpath/catalog.json``: kind -> name -> ``{"doc", "params"}``, read once."""
+def shipped_catalog() -> dict[str, dict[str, Any]]:
+    """``fedpath/catalog.json``: kind -> name -> ``{"doc", "params"[, "facts"]}``,
+    plus :data:`MODULES`: kind -> plugin modules; read once."""
     text = resources.files("fedpath").joinpath("catalog.json").read_text("utf-8")
-    data: dict[str, dict[str, dict[str, Any]]] = json.loads(text)
+    data: dict[str, dict[str, Any]] = json.loads(text)
     return data
+
+
+@functools.cache
+def plugin_modules(plugins: tuple[str, ...]) -> tuple[str, ...]:
+    """``plugins`` and, for those that are packages, every module in them, sorted;
+    found with pkgutil without importing any of them (no PyTorch)."""
+    out = set(plugins)
+    for name in plugins:
+        spec = importlib.util.find_spec(name)
+        where = spec.submodule_search_locations if spec is not None else None
+        if where:
+            out.update(f"{name}.{m.name}" for m in pkgutil.iter_modules(list(where)))
+    return tuple(sorted(out))
 
 
 def import_path(path: str) -> type:
@@ -72,23 +102,36 @@ class Registry(Generic[T]):
     imported by name on the first lookup that needs a registered object
     (:meth:`get`, :meth:`entry`; see :meth:`_load_plugins`). ``catalog_kind``:
     this registry's section of ``fedpath/catalog.json``; with it, :meth:`names`,
-    ``in`` and :meth:`params` answer from the entries registered so far and then
-    the catalog, without importing the plugins, until something loads them.
+    ``in``, :meth:`params` and :meth:`facts` answer from the entries registered
+    so far and then the catalog, without importing the plugins, until something
+    loads them. ``discover``: the plugins are packages whose every module is a
+    plugin (the package imports them); a module the catalog does not list makes
+    the registry load the plugins rather than trust the catalog.
     """
 
     def __init__(
-        self, what: str, plugins: tuple[str, ...] = (), catalog_kind: str | None = None
+        self,
+        what: str,
+        plugins: tuple[str, ...] = (),
+        catalog_kind: str | None = None,
+        discover: bool = False,
     ) -> None:
         self.what = what
         self.plugins = plugins
         self.catalog_kind = catalog_kind
+        self.discover = discover
         self._loaded = not plugins
         self._entries: dict[str, Entry[T]] = {}
 
     def register(
-        self, name: str, params: type | None = None, doc: str | None = None
+        self,
+        name: str,
+        params: type | None = None,
+        doc: str | None = None,
+        facts: dict[str, Any] | None = None,
     ) -> Callable[[T], T]:
-        """Decorator registering ``obj`` as ``name``, with an optional params class.
+        """Decorator registering ``obj`` as ``name``, with an optional params class
+        and optional declared facts (JSON-like, recorded in the catalog).
 
         The entry's one-line summary (``fedpath list``) is the first line of
         ``doc``, else of ``obj.summary`` or ``obj.__doc__``; pass ``doc`` when
@@ -100,7 +143,8 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.what} {name!r} is registered twice")
             text = doc or getattr(obj, "summary", None) or getattr(obj, "__doc__", None)
             lines = (text or "").strip().splitlines()
-            self._entries[name] = Entry(name, obj, params, lines[0] if lines else "")
+            summary = lines[0] if lines else ""
+            self._entries[name] = Entry(name, obj, params, summary, facts)
             return obj
 
         return deco
@@ -128,7 +172,16 @@ class Registry(Generic[T]):
         (None once they are, or without a ``catalog_kind``: ask the entries)."""
         if self._loaded or self.catalog_kind is None:
             return None
-        return shipped_catalog()[self.catalog_kind]
+        catalog = shipped_catalog()
+        if self.discover:
+            seen = catalog.get(MODULES, {}).get(self.catalog_kind, [])
+            if set(plugin_modules(self.plugins)) - set(seen):
+                # a plugin module newer than the catalog: its entries are not
+                # in it, so ask the plugins themselves
+                self._load_plugins()
+                return None
+        section: dict[str, dict[str, Any]] = catalog[self.catalog_kind]
+        return section
 
     def entry(self, name: str) -> Entry[T]:
         self._load_plugins()
@@ -156,6 +209,16 @@ class Registry(Generic[T]):
             path = catalog[name]["params"]
             return None if path is None else import_path(path)
         return self.entry(name).params
+
+    def facts(self, name: str) -> dict[str, Any] | None:
+        """The declared facts of ``name`` (None: it declares none)."""
+        if name in self._entries:
+            return self._entries[name].facts
+        catalog = self._catalog()
+        if catalog is not None and name in catalog:
+            facts: dict[str, Any] | None = catalog[name].get("facts")
+            return facts
+        return self.entry(name).facts
 
     def names(self) -> list[str]:
         catalog = self._catalog()
@@ -196,8 +259,14 @@ MIL_MODELS: Registry[MILFactory] = Registry(
     catalog_kind="mil",
 )
 #: registered algorithms; ``ALGORITHMS.params(name)`` is the params dataclass
+#: and ``ALGORITHMS.facts(name)`` its wire facts (:mod:`fedpath.wire`); every
+#: module of ``fedpath.algorithms`` is a plugin (a new file is found without
+#: editing any list)
 ALGORITHMS: Registry[AlgorithmSpec] = Registry(
-    "algorithm", plugins=("fedpath.algorithms",), catalog_kind="algorithms"
+    "algorithm",
+    plugins=("fedpath.algorithms",),
+    catalog_kind="algorithms",
+    discover=True,
 )
 
 

@@ -87,7 +87,7 @@ def test_list_shows_every_kind_one_line_each(
     assert main(["list"]) == 0
     out = capsys.readouterr().out.splitlines()
     live = catalog.collect()
-    for kind, entries in live.items():
+    for kind, entries in ((k, live[k]) for k in catalog.KINDS):
         header = next(i for i, line in enumerate(out) if line.startswith(kind + " ("))
         block = out[header + 1 : header + 1 + len(entries)]
         assert [line.split()[0] for line in block] == list(entries), kind

@@ -302,29 +302,3 @@ def test_selection_keys_default_off() -> None:
         ],
     )
     assert on.partition.validation == 0.25 and on.runtime.export == "selected"
-
-
-def test_a_suite_default_picks_the_variants_run_without_only(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from fedpath.cli import main
-    from fedpath.runtime.suite import load_suite
-
-    write(tmp_path, "name: s\n")
-    suite = tmp_path / "suite.yaml"
-    body = (
-        "base: cfg.yaml\nvariants:\n  a: [algorithm.name=fedavg]\n"
-        "  b: [algorithm.name=fedprox]\n  c: [algorithm.name=fedccrl]\n"
-    )
-    suite.write_text(body + "default: [c, a]\n")
-    assert [c.method for c in load_suite(suite)[1]] == ["c", "a"]
-    assert [c.method for c in load_suite(suite, only=["b"])[1]] == ["b"]
-    # fedpath check validates every variant, also those default leaves out
-    assert main(["check", str(suite)]) == 0
-    assert "valid suite (3 variants)" in capsys.readouterr().out
-    suite.write_text(body + "default: [a, z]\n")
-    with pytest.raises(ConfigError, match="'default' names 'z' .no such variant."):
-        load_suite(suite)
-    suite.write_text(body + "default: a\n")
-    with pytest.raises(ConfigError, match="'default' must be a non-empty list"):
-        load_suite(suite)

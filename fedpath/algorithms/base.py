@@ -19,6 +19,7 @@ payloads in ``Message``s. State that must survive rounds lives in
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from fedpath.registry import ALGORITHMS
 from fedpath.tasks.base import Task
 from fedpath.tasks.images import LossFn as ImageLoss
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+from fedpath.wire import Wire, WireError
 
 #: an algorithm's parameters dataclass (``algorithm.params``, resolved at load)
 P = TypeVar("P")
@@ -246,11 +248,14 @@ class ServerAlgorithm(ABC, Generic[P]):
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """A registered algorithm: its two halves and its parameter dataclass."""
+    """A registered algorithm: its two halves, what they send (its wire facts)
+    and what its clients train on."""
 
     client: type[ClientAlgorithm[Any]]
     server: type[ServerAlgorithm[Any]]
     summary: str
+    #: what each stage sends, SecAgg+ and DP, the params a node's caps bound
+    wire: Wire
     #: what the clients train on: "images", or "bags" (slides as patch embeddings)
     data: str = "images"
     #: an image method whose loss only classifies its input batch (no pixel
@@ -267,11 +272,32 @@ def register_algorithm(
     summary: str = "",
     data: str = "images",
     features: bool = False,
+    *,
+    wire: Wire,
 ) -> AlgorithmSpec:
+    """Register algorithm ``name``: its halves, params class and wire facts.
+
+    ``wire`` is required: the node guard, SecAgg+ and DP decide from it alone
+    whether and how the algorithm runs (:mod:`fedpath.wire`). A declaration
+    that is missing or binds a cap to a param ``params`` lacks fails here, at
+    import, not when a node first meets the algorithm.
+    """
+    if not isinstance(wire, Wire):
+        raise WireError(
+            f"algorithm {name!r}: register_algorithm(..., wire=Wire(...)) must "
+            f"declare what its clients send (fedpath.wire.Wire), got {wire!r}"
+        )
+    fields = {f.name for f in dataclasses.fields(params)} if params else set()
+    unbound = sorted(set(wire.caps) - fields)
+    if unbound:
+        raise WireError(
+            f"algorithm {name!r}: wire caps bind params {unbound}, which its "
+            f"params class {getattr(params, '__name__', None)} does not have"
+        )
     spec = AlgorithmSpec(
-        client, server, summary or (client.__doc__ or "").strip(), data, features
+        client, server, summary or (client.__doc__ or "").strip(), wire, data, features
     )
-    ALGORITHMS.register(name, params=params)(spec)
+    ALGORITHMS.register(name, params=params, facts=wire.to_json())(spec)
     return spec
 
 

@@ -35,6 +35,7 @@ from fedpath.algorithms.ssl_common import SSLClient, SSLNet
 from fedpath.data.base import ImageStore, Split
 from fedpath.models.backbones import FedModel
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
+from fedpath.wire import Wire
 
 
 def _pooled_split(pool: ArrayDict, like: ImageStore) -> Split:
@@ -144,6 +145,7 @@ register_algorithm(
     CentralSimCLRServer,
     FedAvgSSLParams,
     "Centralized SimCLR upper bound (clients upload their images: not private)",
+    wire=Wire("every training image", {"upload": "raw data", "fit": "weights"}),
 )
 register_algorithm(
     "central_supervised",
@@ -152,4 +154,7 @@ register_algorithm(
     FedAvgSSLParams,
     "Centralized supervised upper bound (images + labels pooled: not private)",
     features=True,
+    wire=Wire(
+        "every training image and its label", {"upload": "raw data", "fit": "weights"}
+    ),
 )

@@ -69,18 +69,15 @@ from torch import Tensor
 
 from fedpath.algorithms.base import (
     ProtocolError,
-    ServerAlgorithm,
     ServerContext,
     register_algorithm,
-    round_only,
-    weighted_mean_scalars,
 )
+from fedpath.algorithms.distill_server import DistillFitServer
 from fedpath.algorithms.mil_common import (
     DistillFitClient,
     architecture,
     arrays_to_bags,
     bags_to_arrays,
-    guard_scalars,
     keep_model,
     own_model,
     real_bags,
@@ -88,13 +85,12 @@ from fedpath.algorithms.mil_common import (
 )
 from fedpath.algorithms.mil_spaces import (
     SPACE_PREFIX,
-    check_spaces,
     keep_adapters,
     keep_spaced,
     spaced_bags,
     with_adapters,
 )
-from fedpath.algorithms.names import DISTILL, FIT, SYNTHETIC
+from fedpath.algorithms.names import SYNTHETIC
 from fedpath.config import ConfigError
 from fedpath.losses import supcon_loss
 from fedpath.mil.bags import SlideBag
@@ -102,6 +98,7 @@ from fedpath.mil.models import MILModel
 from fedpath.params.mil_baselines import DESAParams
 from fedpath.tasks.bags import bag_inputs
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+from fedpath.wire import Wire
 
 #: the global anchor set (fit broadcast of round 1; client and server state)
 ANCHORS = "anchors"
@@ -274,8 +271,11 @@ class DESAClient(DistillFitClient):
         return emb.reshape(1, -1)
 
 
-class DESAServer(ServerAlgorithm[DESAParams]):
+class DESAServer(DistillFitServer[DESAParams]):
     """Mix the clients' synthetic slides into anchors; relay the others' logits."""
+
+    method, title = "desa", "DESA"
+    why = "their synthetic slides cannot be averaged"
 
     def __init__(self, params: DESAParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
@@ -284,16 +284,9 @@ class DESAServer(ServerAlgorithm[DESAParams]):
         self.anchor_spaces: dict[str, Scalar] = {}
         self.logits: dict[str, np.ndarray] = {}
 
-    def stages(self, rnd: int) -> Sequence[str]:
-        return (DISTILL, FIT) if rnd == 1 else (FIT,)
-
-    def configure(
-        self, stage: str, rnd: int, clients: Sequence[str]
-    ) -> dict[str, Payload]:
-        if stage == DISTILL:
-            return round_only(clients, rnd)
-        if stage != FIT:
-            raise ProtocolError(f"desa has no stage {stage!r}")
+    def configure_fit(self, rnd: int, clients: Sequence[str]) -> dict[str, Payload]:
+        """Round 1: the anchors; every round after the first ``fit``: the mean
+        of the other clients' anchor logits."""
         out = {}
         for c in clients:
             arrays: dict[str, ArrayDict] = {}
@@ -307,16 +300,13 @@ class DESAServer(ServerAlgorithm[DESAParams]):
             out[c] = Payload(arrays, scalars)
         return out
 
-    def aggregate(
-        self, stage: str, rnd: int, replies: Mapping[str, Payload]
+    def accept_fit(self, replies: Mapping[str, Payload]) -> None:
+        self.logits = {c: r.group(ANCHOR_LOGITS)["logits"] for c, r in replies.items()}
+
+    def accept_synthetic(
+        self, replies: Mapping[str, Payload], spaces: Mapping[str, str]
     ) -> dict[str, Scalar]:
-        if stage == FIT:
-            self.logits = {
-                c: r.group(ANCHOR_LOGITS)["logits"] for c, r in replies.items()
-            }
-            return weighted_mean_scalars(replies)
-        why = "their synthetic slides cannot be averaged"
-        spaces = check_spaces(replies, "DESA", why, self.params.adapt)
+        """Mix the slides into anchors within each embedding space."""
         by_space: dict[str, list[list[SlideBag]]] = {}
         for c in sorted(replies):
             bags = arrays_to_bags(replies[c].group(SYNTHETIC), c, c)
@@ -331,7 +321,6 @@ class DESAServer(ServerAlgorithm[DESAParams]):
         return {
             "anchors": sum(len(a) for _, a in mixed),
             "synthetic_bytes": self.anchors_bytes(),
-            **guard_scalars(replies),
         }
 
     def anchors_bytes(self) -> int:
@@ -369,4 +358,8 @@ register_algorithm(
     DESAParams,
     "DESA: mean-matched synthetic anchors, others' logits distilled on them, SupCon",
     data="bags",
+    wire=Wire(
+        "synthetic anchor slides (distilled embeddings) and logits on them",
+        {"distill": "synthetic data", "fit": "statistics"},
+    ),
 )

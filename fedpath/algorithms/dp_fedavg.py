@@ -62,6 +62,7 @@ from fedpath.algorithms.names import FIT, WEIGHTS
 from fedpath.config import ConfigError
 from fedpath.params.algorithms import DPFedAvgParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+from fedpath.wire import Wire
 
 #: Payload scalar the node's clipping mod sets on a ``fit`` message (never the
 #: coordinator's: the mod overwrites it) when Flower's ``fixedclipping_mod`` will
@@ -298,6 +299,13 @@ register_algorithm(
     DPFedAvgParams,
     "DP-FedAvg (McMahan et al. 2018): clipped client updates, Gaussian noise, "
     "RDP accountant",
+    wire=Wire(
+        "clipped weights (noised at the coordinator)",
+        {"fit": "weights"},
+        secagg="equal",
+        dp_clip=True,
+        caps={"clip": "max_dp_clip"},
+    ),
 )
 
 __all__ = [

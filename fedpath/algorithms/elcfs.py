@@ -42,6 +42,7 @@ from fedpath.algorithms.ssl_common import SSLNet
 from fedpath.params.algorithms import ELCFSParams
 from fedpath.ssl.amplitude import amplitude_mix, low_band_amplitude
 from fedpath.types import ClientState, Payload, Scalar
+from fedpath.wire import Wire
 
 log = logging.getLogger("fedpath")
 
@@ -157,4 +158,8 @@ register_algorithm(
     ELCFSServer,
     ELCFSParams,
     "FedDG-ELCFS (adapted): amplitude-spectrum exchange + interpolation, SimCLR",
+    wire=Wire(
+        "weights and low-frequency amplitude spectra of 8 images",
+        {"amplitude": "statistics", "fit": "weights"},
+    ),
 )

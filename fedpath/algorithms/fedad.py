@@ -54,6 +54,7 @@ from fedpath.params.algorithms import FedADParams
 from fedpath.ssl.atsa import ATSA, instability
 from fedpath.ssl.heads import DisentanglingHead, teacher_projection
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+from fedpath.wire import Wire
 
 LAMBDA = "lambda"
 
@@ -162,4 +163,5 @@ register_algorithm(
     FedADServer,
     FedADParams,
     "FedAD: self-supervised disentanglement (local head), teacher alignment, ATSA",
+    wire=Wire("encoder weights", {"fit": "weights"}),
 )

@@ -35,6 +35,7 @@ from fedpath.algorithms.fedccrl import FedCCRLClient, FedCCRLServer
 from fedpath.losses import js_divergence
 from fedpath.params.algorithms import FedAlignParams
 from fedpath.stain import StatPool
+from fedpath.wire import Wire
 
 
 def selective_transfer(
@@ -117,4 +118,9 @@ register_algorithm(
     FedAlignParams,
     "FedAlign (Gupta et al. 2025): FedCCRL + selective transfer, chained views, "
     "feature MSE",
+    wire=Wire(
+        "weights and per-image channel mean/std",
+        {"stats": "statistics", "fit": "weights"},
+        caps={"upload_ratio": "max_upload_ratio", "stats_noise": "min_stats_noise"},
+    ),
 )

@@ -26,6 +26,7 @@ from fedpath.algorithms.base import (
 from fedpath.algorithms.names import FIT, LOCAL, WEIGHTS
 from fedpath.params.algorithms import FedAvgParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
+from fedpath.wire import Wire
 
 
 class WeightsClient(ClientAlgorithm):
@@ -142,4 +143,5 @@ register_algorithm(
     FedAvgParams,
     "FedAvg (McMahan et al. 2017): local CE, example-weighted averaging",
     features=True,
+    wire=Wire("weights", {"fit": "weights"}, secagg="examples"),
 )

@@ -14,8 +14,9 @@ from fedpath.algorithms.fedavg import WEIGHTS, FedAvgServer
 from fedpath.algorithms.mil_common import real_bags, train_bags
 from fedpath.losses import proximal_term, snapshot_parameters
 from fedpath.mil.models import MILModel
-from fedpath.params.algorithms import FedAvgMILParams, FedProxMILParams
+from fedpath.params.mil_train import FedAvgMILParams, FedProxMILParams
 from fedpath.types import ClientState, Payload, as_numpy_dict
+from fedpath.wire import Wire
 
 
 class FedAvgMILClient(ClientAlgorithm[FedAvgMILParams]):
@@ -51,6 +52,7 @@ register_algorithm(
     FedAvgMILParams,
     "FedAvg/FedProx (mu > 0) on one MIL architecture; real slides stay local",
     data="bags",
+    wire=Wire("MIL model weights", {"fit": "weights"}, secagg="examples"),
 )
 
 
@@ -61,4 +63,5 @@ register_algorithm(
     FedProxMILParams,
     "FedProx on one MIL architecture: CE + (mu/2)||w - w_global||^2",
     data="bags",
+    wire=Wire("MIL model weights", {"fit": "weights"}, secagg="examples"),
 )

@@ -19,6 +19,7 @@ from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLServer
 from fedpath.losses import nt_xent
 from fedpath.params.algorithms import FedAvgSSLParams
 from fedpath.ssl.heads import ProjectionHead
+from fedpath.wire import Wire
 
 
 class SimCLRClient(SSLClient):
@@ -62,4 +63,5 @@ register_algorithm(
     SimCLRServer,
     FedAvgSSLParams,
     "FedAvg-SSL: federated SimCLR, backbone + projection head aggregated",
+    wire=Wire("weights", {"fit": "weights"}),
 )

@@ -22,6 +22,7 @@ from fedpath.config import ConfigError
 from fedpath.models.backbones import NORM_TYPES, keys_of_modules
 from fedpath.params.algorithms import FedBNParams
 from fedpath.types import ArrayDict
+from fedpath.wire import Wire
 
 
 class FedBNClient(WeightsClient):
@@ -62,4 +63,9 @@ register_algorithm(
     FedBNParams,
     "FedBN (Li et al. 2021): normalization layers stay local",
     features=True,
+    wire=Wire(
+        "weights (normalization layers stay local)",
+        {"fit": "weights"},
+        secagg="examples",
+    ),
 )

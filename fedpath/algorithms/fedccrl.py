@@ -35,6 +35,7 @@ from fedpath.losses import fedccrl_contrastive, js_divergence
 from fedpath.params.algorithms import FedCCRLParams
 from fedpath.stain import StatPool, augmix, image_statistics, mixstyle
 from fedpath.types import ArrayDict
+from fedpath.wire import Wire
 
 
 class FedCCRLClient(StatsExchangeClient):
@@ -107,4 +108,9 @@ register_algorithm(
     FedCCRLParams,
     "FedCCRL (Wang et al. 2024): mean/std exchange, MixStyle + AugMix, CE + "
     "contrastive + JS",
+    wire=Wire(
+        "weights and per-image channel mean/std",
+        {"stats": "statistics", "fit": "weights"},
+        caps={"upload_ratio": "max_upload_ratio", "stats_noise": "min_stats_noise"},
+    ),
 )

@@ -31,42 +31,34 @@ parameter leaves a client; the mixture parameters do not either, only samples.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedpath.algorithms.base import (
-    ProtocolError,
-    ServerAlgorithm,
-    ServerContext,
-    register_algorithm,
-    round_only,
-    weighted_mean_scalars,
-)
+from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.distill_server import PoolServer
 from fedpath.algorithms.mil_common import (
     DistillFitClient,
     architecture,
-    guard_scalars,
     keep_model,
     own_model,
     real_bags,
     train_bags,
 )
 from fedpath.algorithms.mil_spaces import (
-    SyntheticPool,
-    check_spaces,
     keep_adapters,
     keep_spaced,
     spaced_bags,
     with_adapters,
 )
-from fedpath.algorithms.names import DISTILL, FIT, RECEIVED
+from fedpath.algorithms.names import RECEIVED
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.gmm import GMM
 from fedpath.params.mil_baselines import FedDGMParams
-from fedpath.types import ClientState, Payload, Scalar
+from fedpath.types import ClientState, Payload
+from fedpath.wire import Wire
 
 
 def sample_slides(
@@ -139,47 +131,12 @@ class FedDGMClient(DistillFitClient):
         return Payload({}, {"num_examples": len(real), **scalars})
 
 
-class FedDGMServer(ServerAlgorithm[FedDGMParams]):
+class FedDGMServer(PoolServer[FedDGMParams]):
     """Pool the synthetic slides; send each client the others' in round 1 (clients
     keep them), per space with ``spaces: adapt``; no averaging."""
 
-    def __init__(self, params: FedDGMParams, ctx: ServerContext) -> None:
-        super().__init__(params, ctx)
-        self.pool = SyntheticPool(ctx.client_ids)
-
-    def stages(self, rnd: int) -> Sequence[str]:
-        return (DISTILL, FIT) if rnd == 1 else (FIT,)
-
-    def configure(
-        self, stage: str, rnd: int, clients: Sequence[str]
-    ) -> dict[str, Payload]:
-        if stage == DISTILL or rnd > 1:
-            return round_only(clients, rnd)
-        if stage != FIT:
-            raise ProtocolError(f"feddgm has no stage {stage!r}")
-        return {c: self.pool.received(c, self.params.adapt, rnd) for c in clients}
-
-    def aggregate(
-        self, stage: str, rnd: int, replies: Mapping[str, Payload]
-    ) -> dict[str, Scalar]:
-        if stage == FIT:
-            return weighted_mean_scalars(replies)
-        why = "samples of different feature extractors are not comparable"
-        self.pool.accept(
-            replies, check_spaces(replies, "FedDGM", why, self.params.adapt)
-        )
-        return {
-            "synthetic_slides": self.pool.num_slides(),
-            "synthetic_bytes": sum(r.nbytes() for r in replies.values()),
-            **guard_scalars(replies),
-        }
-
-    def state(self) -> Payload:
-        """The pool (FedHD's layout, :meth:`SyntheticPool.state`)."""
-        return self.pool.state(self.params.adapt)
-
-    def load_state(self, state: Payload) -> None:
-        self.pool.load_state(state)
+    method, title = "feddgm", "FedDGM"
+    why = "samples of different feature extractors are not comparable"
 
 
 register_algorithm(
@@ -189,4 +146,8 @@ register_algorithm(
     FedDGMParams,
     "FedDGM-approx (original unidentified): samples of per-class patch GMMs shared",
     data="bags",
+    wire=Wire(
+        "synthetic slides sampled from per-class Gaussian mixtures",
+        {"distill": "synthetic data", "fit": "metrics"},
+    ),
 )

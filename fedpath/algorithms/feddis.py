@@ -29,6 +29,7 @@ from fedpath.algorithms.ssl_common import SSLClient, SSLNet, SSLServer
 from fedpath.losses import nt_xent
 from fedpath.params.algorithms import FedDisParams
 from fedpath.ssl.heads import ProjectionHead
+from fedpath.wire import Wire
 
 
 class FedDisClient(SSLClient):
@@ -77,4 +78,5 @@ register_algorithm(
     FedDisServer,
     FedDisParams,
     "FedDis (adapted): shared invariant part, local appearance part + reconstruction",
+    wire=Wire("weights of the invariant part", {"fit": "weights"}),
 )

@@ -30,44 +30,36 @@ Gaussian), ``mode: mean`` (FedWSIDD-style mean matching, the baseline),
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedpath.algorithms.base import (
-    ProtocolError,
-    ServerAlgorithm,
-    ServerContext,
-    register_algorithm,
-    round_only,
-    weighted_mean_scalars,
-)
+from fedpath.algorithms.base import register_algorithm
+from fedpath.algorithms.distill_server import PoolServer
 from fedpath.algorithms.mil_common import (
     DistillFitClient,
     architecture,
-    guard_scalars,
     keep_model,
     own_model,
     real_bags,
     train_bags,
 )
 from fedpath.algorithms.mil_spaces import (
-    SyntheticPool,
-    check_spaces,
     keep_adapters,
     keep_spaced,
     spaced_bags,
     with_adapters,
 )
-from fedpath.algorithms.names import DISTILL, FIT, RECEIVED
+from fedpath.algorithms.names import RECEIVED
 from fedpath.config import ConfigError
 from fedpath.losses import generalized_cross_entropy
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.distill import DistillOptions, compress_slides, distill_slides
-from fedpath.params.algorithms import FedHDParams
+from fedpath.params.mil_train import FedHDParams
 from fedpath.types import ClientState, Payload, Scalar
+from fedpath.wire import Wire
 
 log = logging.getLogger("fedpath")
 
@@ -158,50 +150,19 @@ class FedHDClient(DistillFitClient):
         return Payload({}, {"num_examples": len(real), **scalars})
 
 
-class FedHDServer(ServerAlgorithm):
+class FedHDServer(PoolServer[FedHDParams]):
     """Pool the synthetic slides; send each client the others'; no averaging."""
 
-    params: FedHDParams
+    method = title = "FedHD"
+    why = "synthetic slides of different feature extractors are not comparable"
 
-    def __init__(self, params: FedHDParams, ctx: ServerContext) -> None:
-        super().__init__(params, ctx)
-        self.pool = SyntheticPool(ctx.client_ids)
-
-    def stages(self, rnd: int) -> Sequence[str]:
-        return (DISTILL, FIT) if rnd == 1 else (FIT,)
-
-    def configure(
-        self, stage: str, rnd: int, clients: Sequence[str]
-    ) -> dict[str, Payload]:
-        if stage == DISTILL:
-            return round_only(clients, rnd)
-        if stage != FIT:
-            raise ProtocolError(f"FedHD has no stage {stage!r}")
-        if rnd > 1:  # clients kept what they received in round 1
-            return round_only(clients, rnd)
-        return {c: self.pool.received(c, self.params.adapt, rnd) for c in clients}
-
-    def aggregate(
-        self, stage: str, rnd: int, replies: Mapping[str, Payload]
+    def accept_synthetic(
+        self, replies: Mapping[str, Payload], spaces: Mapping[str, str]
     ) -> dict[str, Scalar]:
-        if stage == FIT:
-            return weighted_mean_scalars(replies)
-        why = "synthetic slides of different feature extractors are not comparable"
-        spaces = check_spaces(replies, "FedHD", why, self.params.adapt)
-        self.pool.accept(replies, spaces)
-        n = sum(int(r.scalars["num_slides"]) for r in replies.values())
-        nbytes = sum(r.nbytes() for r in replies.values())
-        out: dict[str, Scalar] = {"synthetic_slides": n, "synthetic_bytes": nbytes}
+        out = super().accept_synthetic(replies, spaces)
         if self.params.adapt:
             out["embedding_spaces"] = len(set(spaces.values()))
-        return {**out, **guard_scalars(replies)}
-
-    def state(self) -> Payload:
-        """The pool (:meth:`SyntheticPool.state`)."""
-        return self.pool.state(self.params.adapt)
-
-    def load_state(self, state: Payload) -> None:
-        self.pool.load_state(state)
+        return out
 
 
 register_algorithm(
@@ -211,4 +172,9 @@ register_algorithm(
     FedHDParams,
     "FedHD: one-shot GMM-aligned synthetic slides, own MIL model, curriculum + GCE",
     data="bags",
+    wire=Wire(
+        "synthetic slides (distilled embeddings) and their labels",
+        {"distill": "synthetic data", "fit": "metrics"},
+        caps={"tokens": "max_tokens"},
+    ),
 )

@@ -51,6 +51,7 @@ from fedpath.algorithms.names import FIT
 from fedpath.mil.models import MILModel
 from fedpath.params.mil_baselines import FedHEParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar
+from fedpath.wire import Wire
 
 #: a client's per-class mean bag logits (up)
 CLASS_LOGITS = "class_logits"
@@ -183,4 +184,5 @@ register_algorithm(
     FedHEParams,
     "FedHE: own MIL models; only per-class mean bag logits exchanged (MSE pull)",
     data="bags",
+    wire=Wire("per-class mean bag logits", {"fit": "statistics"}),
 )

@@ -16,6 +16,7 @@ from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
 from fedpath.losses import proximal_term, snapshot_parameters
 from fedpath.params.algorithms import FedProxParams
 from fedpath.types import ClientState, Payload
+from fedpath.wire import Wire
 
 
 class FedProxClient(WeightsClient):
@@ -43,4 +44,5 @@ register_algorithm(
     FedProxParams,
     "FedProx (Li et al. 2020): CE + (mu/2)||w - w_global||^2",
     features=True,
+    wire=Wire("weights", {"fit": "weights"}, secagg="examples"),
 )

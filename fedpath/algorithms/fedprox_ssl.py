@@ -17,6 +17,7 @@ from fedpath.algorithms.ssl_common import SSLNet
 from fedpath.losses import proximal_term, snapshot_parameters
 from fedpath.params.algorithms import FedProxSSLParams
 from fedpath.types import ClientState, Payload
+from fedpath.wire import Wire
 
 
 class FedProxSSLClient(SimCLRClient):
@@ -50,4 +51,5 @@ register_algorithm(
     FedProxSSLServer,
     FedProxSSLParams,
     "FedProx-SSL: federated SimCLR + (mu/2)||w - w_g||^2",
+    wire=Wire("weights", {"fit": "weights"}),
 )

@@ -73,6 +73,7 @@ from fedpath.stain import (
 from fedpath.stain._random import sample_beta
 from fedpath.stain.mixstyle import mix_feature_statistics
 from fedpath.types import ArrayDict
+from fedpath.wire import Wire
 
 
 def encoder_stages(model: nn.Module) -> int:
@@ -253,4 +254,9 @@ register_algorithm(
     FedStainParams,
     "FedStain: higher-order stain statistics exchange, RandStain + AugMix + "
     "MixStyle, SupCon + JS",
+    wire=Wire(
+        "weights and per-image stain statistics",
+        {"stats": "statistics", "fit": "weights"},
+        caps={"upload_ratio": "max_upload_ratio", "stats_noise": "min_stats_noise"},
+    ),
 )

@@ -45,7 +45,8 @@ adapt``, fedpath's reading: the FedHD paper runs HistoFS on [extractor + MIL]
 pairs but does not say how weights are averaged across them; docs/
 fedhd_heterogeneous.md). Weights can only be averaged between clients with the
 same architecture in the same embedding space, so the server averages (FedAvg,
-by slide count) within each such **group** and sends each client its group's
+by slide count) within each such **group**
+(:mod:`~fedpath.algorithms.group_average`) and sends each client its group's
 average (a client alone in its group trains its own model; each group starts
 from one seeded initialisation). A style is a point :math:`(\mu, \sigma)` of its
 extractor's scale, so a receiver maps the styles of a foreign space ``s`` into
@@ -66,7 +67,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedpath.algorithms.aggregation import weighted_average
 from fedpath.algorithms.base import (
     ClientAlgorithm,
     ProtocolError,
@@ -77,6 +77,7 @@ from fedpath.algorithms.base import (
     weighted_mean_scalars,
 )
 from fedpath.algorithms.fedavg import FedAvgServer
+from fedpath.algorithms.group_average import GroupAverages, group_of
 from fedpath.algorithms.mil_common import (
     architecture,
     arrays_to_spaced,
@@ -92,13 +93,12 @@ from fedpath.mil.styles import (
     adain,
     authenticity,
     map_styles,
-    patch_styles,
     pseudo_bag_styles,
     style_moments,
-    w2_kmeans,
 )
 from fedpath.params.mil_baselines import HistoFSParams
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
+from fedpath.wire import Wire
 
 #: a client's pseudo bag styles (stats reply): ``styles`` (n, 2) = (mu, sigma)
 STYLES = "styles"
@@ -106,14 +106,6 @@ STYLES = "styles"
 RECEIVED_STYLES = "received_styles"
 #: client state (``spaces: adapt``): the client's own styles
 OWN_STYLES = "own_styles"
-#: server state (``spaces: adapt``): each client's group (index, -1: none)
-MEMBERS = "members"
-
-
-def group_of(architecture_name: str, space: str) -> str:
-    """The averaging group of a client: its architecture ('' = model.backbone)
-    in its embedding space."""
-    return f"{architecture_name or 'model.backbone'}@{space}"
 
 
 class HistoFSClient(ClientAlgorithm[HistoFSParams]):
@@ -241,10 +233,9 @@ class HistoFSServer(FedAvgServer):
     def __init__(self, params: HistoFSParams, ctx: ServerContext) -> None:
         super().__init__(params, ctx)
         self.styles: dict[str, np.ndarray] = {}
-        #: ``spaces: adapt``: each client's space, its group, each group's average
+        #: ``spaces: adapt``: each client's space; each group's average
         self.spaces: dict[str, str] = {}
-        self.member: dict[str, str] = {}
-        self.groups: dict[str, ArrayDict] = {}
+        self.groups = GroupAverages()
 
     def stages(self, rnd: int) -> Sequence[str]:
         return (STATS, FIT) if rnd == 1 else (FIT,)
@@ -275,8 +266,7 @@ class HistoFSServer(FedAvgServer):
     def evaluate_payload(self, client: str) -> Payload:
         if not self.params.adapt:
             return super().evaluate_payload(client)
-        group = self.member.get(client)
-        return Payload({WEIGHTS: self.groups[group]} if group is not None else {})
+        return self.groups.payload(client)
 
     def global_weights(self) -> ArrayDict | None:
         return None if self.params.adapt else self.weights
@@ -318,18 +308,9 @@ class HistoFSServer(FedAvgServer):
             return super().aggregate(stage, rnd, replies)
         if not replies:
             raise ProtocolError(f"round {rnd}: no client replied to stage {stage!r}")
-        by_group: dict[str, list[str]] = {}
-        for c in sorted(replies):
-            by_group.setdefault(str(replies[c].scalars["group"]), []).append(c)
-        for group, members in by_group.items():
-            states = [replies[c].group(WEIGHTS) for c in members]
-            counts = [float(replies[c].scalars["num_examples"]) for c in members]
-            self.groups[group] = weighted_average(
-                states, counts, list(states[0]), self.params.bn_buffers
-            )
-            self.member.update(dict.fromkeys(members, group))
+        self.groups.average(replies, self.params.bn_buffers)
         scalars = weighted_mean_scalars(replies)  # numeric: not the group names
-        return {**scalars, "groups": len(self.groups)}
+        return {**scalars, "groups": len(self.groups.groups)}
 
     def state(self) -> Payload:
         saved = super().state()
@@ -345,17 +326,7 @@ class HistoFSServer(FedAvgServer):
             saved.arrays[STYLES] = styles
         for c in self.spaces:
             saved.scalars[f"space_of/{ids.index(c)}"] = self.spaces[c]
-        names = sorted(self.groups)
-        for i, group in enumerate(names):
-            saved.arrays[f"{WEIGHTS}/{i}"] = self.groups[group]
-            saved.scalars[f"group/{i}"] = group
-        if self.member:
-            saved.arrays[MEMBERS] = {
-                "group": np.array(
-                    [names.index(self.member[c]) if c in self.member else -1
-                     for c in ids], np.int64
-                )
-            }  # fmt: skip
+        self.groups.save(saved, ids)
         return saved
 
     def load_state(self, state: Payload) -> None:
@@ -371,31 +342,10 @@ class HistoFSServer(FedAvgServer):
             for k, v in state.scalars.items()
             if k.startswith("space_of/")
         }
-        names: list[str] = []
-        while f"group/{len(names)}" in state.scalars:
-            names.append(str(state.scalars[f"group/{len(names)}"]))
-        self.groups = {
-            g: dict(state.arrays[f"{WEIGHTS}/{i}"]) for i, g in enumerate(names)
-        }
-        members = state.arrays.get(MEMBERS, {}).get("group")
-        self.member = {
-            ids[i]: names[g] for i, g in enumerate([] if members is None else members)
-            if g >= 0
-        }  # fmt: skip
+        self.groups.load(state, ids)
 
 
-__all__ = [
-    "HistoFSClient",
-    "HistoFSServer",
-    "adain",
-    "authenticity",
-    "group_of",
-    "map_styles",
-    "patch_styles",
-    "pseudo_bag_styles",
-    "style_moments",
-    "w2_kmeans",
-]
+__all__ = ["HistoFSClient", "HistoFSServer"]
 
 register_algorithm(
     "histofs",
@@ -404,4 +354,8 @@ register_algorithm(
     HistoFSParams,
     "HistoFS: pseudo bag styles (W2 k-means) shared, AdaIN restyling, FedAvg",
     data="bags",
+    wire=Wire(
+        "MIL model weights and per-bag pseudo styles (K feature mean/std)",
+        {"stats": "statistics", "fit": "weights"},
+    ),
 )

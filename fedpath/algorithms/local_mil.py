@@ -25,6 +25,7 @@ from fedpath.algorithms.mil_common import (
     train_bags,
 )
 from fedpath.types import ClientState, Payload, Scalar
+from fedpath.wire import Wire
 
 
 class LocalMILClient(OwnMILClient):
@@ -70,4 +71,5 @@ register_algorithm(
     MILTrainParams,
     "Local-only MIL training (no federation; FedHD's lower bound)",
     data="bags",
+    wire=Wire("metrics only", {"fit": "metrics"}),
 )

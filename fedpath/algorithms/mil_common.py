@@ -25,7 +25,7 @@ from fedpath.algorithms.names import DISTILL, FIT, MODEL, SYNTHETIC
 from fedpath.config import ConfigError
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, build_mil_model
-from fedpath.params.algorithms import MILTrainParams
+from fedpath.params.mil_train import MILTrainParams
 from fedpath.tasks.bags import BagLoss
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
 

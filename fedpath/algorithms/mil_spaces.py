@@ -2,15 +2,14 @@
 
 With per-client feature extractors (``algorithm.params.features``) every client
 distils or samples its synthetic slides in its *own* embedding space; a method
-with ``spaces: adapt`` (:class:`~fedpath.params.algorithms.SpacesParams`: FedHD,
+with ``spaces: adapt`` (:class:`~fedpath.params.mil_train.SpacesParams`: FedHD,
 mean matching, DESA, FedDGM-approx) accepts that, sends slides grouped by space
 (:func:`~fedpath.algorithms.mil_common.spaced_to_arrays`) and each receiver wraps
 its MIL model with one input adapter per foreign space
 (:class:`fedpath.mil.adapters.AdaptedMIL`, docs/fedhd_heterogeneous.md).
 
-- server: :func:`check_spaces` (the declared spaces, or a clear error) and
-  :class:`SyntheticPool` (the clients' slides, the others' per receiver, and the
-  checkpoint layout);
+- server: :func:`check_spaces` (the declared spaces, or a clear error; the
+  pool of slides is :class:`fedpath.algorithms.distill_server.SyntheticPool`);
 - client: :func:`keep_spaced` / :func:`spaced_bags` (what arrived, kept in the
   client state, as bags tagged with their foreign space), :func:`with_adapters`
   and :func:`keep_adapters` (the adapters live in the client state, never in the
@@ -28,21 +27,16 @@ from fedpath.algorithms.mil_common import (
     SPACE_PREFIX,
     arrays_to_bags,
     arrays_to_spaced,
-    concat_bags,
     declared_spaces,
     embedding_space,
-    spaced_to_arrays,
     spaces_listing,
-    stack_pool,
-    unstack_pool,
 )
-from fedpath.algorithms.names import POOL, RECEIVED, SYNTHETIC
 from fedpath.config import ConfigError
 from fedpath.mil.adapters import AdaptedMIL
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel
-from fedpath.params.algorithms import SpacesParams
-from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
+from fedpath.params.mil_train import SpacesParams
+from fedpath.types import ClientState, Payload, Scalar, as_numpy_dict
 
 #: client state: the input adapters of the foreign spaces (``spaces: adapt``);
 #: never sent, never deployed
@@ -72,83 +66,6 @@ def check_spaces(
             f"space at each receiver. Clients: {listing}"
         )
     return {c: s for c, (s, _) in spaces.items()}
-
-
-class SyntheticPool:
-    """The clients' synthetic slides (wire format) with their declared spaces."""
-
-    def __init__(self, client_ids: Sequence[str]) -> None:
-        self.ids = list(client_ids)
-        self.slides: dict[str, ArrayDict] = {}
-        self.spaces: dict[str, str] = {}
-
-    def accept(self, replies: Mapping[str, Payload], spaces: Mapping[str, str]) -> None:
-        """Keep every reply's ``synthetic`` group (``spaces``: :func:`check_spaces`)."""
-        self.slides = {c: dict(r.group(SYNTHETIC)) for c, r in replies.items()}
-        self.spaces = dict(spaces)
-
-    def num_slides(self) -> int:
-        return sum(len(p["sizes"]) for p in self.slides.values())
-
-    def others(self, client: str, space: str | None = None) -> ArrayDict:
-        """Every other client's slides (of ``space``, if given), stacked."""
-        return concat_bags(
-            [
-                self.slides[c]
-                for c in sorted(self.slides)
-                if c != client and space in (None, self.spaces.get(c))
-            ]
-        )
-
-    def others_by_space(self, client: str) -> list[tuple[str, ArrayDict]]:
-        """The other clients' slides, one stack per embedding space (sorted)."""
-        names = sorted({self.spaces[c] for c in self.slides if c != client})
-        return [(s, self.others(client, s)) for s in names]
-
-    def received(self, client: str, adapt: bool, rnd: int) -> Payload:
-        """What ``client`` receives: group ``received`` with the others' slides,
-        one stack (``adapt`` false) or one per space with its ``space/<i>``."""
-        if not adapt:
-            return Payload({RECEIVED: self.others(client)}, {"round": rnd})
-        arrays, names = spaced_to_arrays(self.others_by_space(client))
-        return Payload({RECEIVED: arrays}, {"round": rnd, **names})
-
-    def state(self, adapt: bool) -> Payload:
-        """The pool as one group: every client's slides stacked in client order,
-        ``owner`` (per slide) the position of its client in the run's client ids
-        (no client id inside a key); with ``adapt`` one such stack per space."""
-        owners = [
-            c for c in self.ids if c in self.slides and len(self.slides[c]["sizes"])
-        ]
-        if not owners:
-            return Payload()
-        if not adapt:
-            return Payload({POOL: stack_pool(self.slides, owners, self.ids)})
-        names = sorted({self.spaces[c] for c in owners})
-        parts = [
-            (
-                s,
-                stack_pool(
-                    self.slides, [c for c in owners if self.spaces[c] == s], self.ids
-                ),
-            )
-            for s in names
-        ]
-        arrays, scalars = spaced_to_arrays(parts)
-        return Payload({POOL: arrays}, scalars)
-
-    def load_state(self, state: Payload) -> None:
-        self.slides, self.spaces = {}, {}
-        if POOL not in state.arrays:
-            return
-        group = state.arrays[POOL]
-        if "features" in group:
-            self.slides.update(unstack_pool(group, self.ids))
-            return
-        for space, part in arrays_to_spaced(group, state.scalars):
-            got = unstack_pool(part, self.ids)
-            self.slides.update(got)
-            self.spaces.update(dict.fromkeys(got, space))
 
 
 def keep_spaced(
@@ -216,7 +133,6 @@ def keep_adapters(state: ClientState, net: MILModel) -> dict[str, Scalar]:
 __all__ = [
     "ADAPTERS",
     "SPACE_PREFIX",
-    "SyntheticPool",
     "check_spaces",
     "keep_adapters",
     "keep_spaced",

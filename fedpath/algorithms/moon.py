@@ -30,6 +30,7 @@ from fedpath.algorithms.ssl_common import (
 from fedpath.losses import moon_contrastive
 from fedpath.params.algorithms import MOONParams
 from fedpath.types import ClientState, Payload, as_numpy_dict
+from fedpath.wire import Wire
 
 
 class MOONClient(SimCLRClient):
@@ -99,4 +100,5 @@ register_algorithm(
     MOONServer,
     MOONParams,
     "MOON (Li et al. 2021) on federated SimCLR: NT-Xent + mu * model-contrastive",
+    wire=Wire("weights", {"fit": "weights"}),
 )

@@ -34,6 +34,7 @@ from fedpath.config import ConfigError
 from fedpath.losses import weighted_cross_entropy
 from fedpath.mil.bags import SlideBag
 from fedpath.types import ArrayDict, ClientState, Payload, Scalar, as_numpy_dict
+from fedpath.wire import Wire
 
 
 class PooledMILClient(ClientAlgorithm[MILTrainParams]):
@@ -119,4 +120,8 @@ register_algorithm(
     MILTrainParams,
     "Centralized pooled MIL training (upper bound; uploads real embeddings)",
     data="bags",
+    wire=Wire(
+        "every real slide's patch embeddings and label",
+        {"upload": "raw data", "fit": "metrics"},
+    ),
 )

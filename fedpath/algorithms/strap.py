@@ -33,6 +33,7 @@ from fedpath.algorithms.fedavg import FedAvgServer, WeightsClient
 from fedpath.params.algorithms import StrapParams
 from fedpath.stain import from_space, to_space
 from fedpath.types import ClientState, Payload
+from fedpath.wire import Wire
 
 _STYLE_LOW = torch.tensor([[20.0, 8.0], [-45.0, 4.0], [-45.0, 4.0]])
 _STYLE_HIGH = torch.tensor([[85.0, 30.0], [45.0, 30.0], [45.0, 30.0]])
@@ -102,4 +103,5 @@ register_algorithm(
     StrapParams,
     "STRAP-approx: random non-medical colour styles (LAB Reinhard) + RandConv "
     "texture, FedAvg",
+    wire=Wire("weights", {"fit": "weights"}, secagg="examples"),
 )

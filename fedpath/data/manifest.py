@@ -127,6 +127,45 @@ def build_file_dataset(
     ``is_test``: a fixed test assignment per record (an official split) instead of
     the per-domain split by slide.
     """
+    keep, classes = _selected(rec, p)
+    kept, images, skipped = _readable(name, rec, keep, p)
+    present = {rec.labels[i] for i in kept}
+    absent = [c for c in classes if c not in present]
+    if absent:
+        raise DataError(
+            f"{name}: class(es) {absent} of data.params.classes have no image"
+            f"{' left after skip_bad' if skipped else ''}; drop them from "
+            "data.params.classes (an empty class would count as a zero in macro "
+            "metrics)"
+        )
+    idx = np.asarray(kept)
+    domains = np.array([rec.domains[i] for i in idx])
+    slides = np.array([rec.slides[i] for i in idx])
+    labels = np.array([classes.index(rec.labels[i]) for i in idx])
+    store: ImageStore = (
+        TensorStore(torch.from_numpy(np.stack(images)))
+        if p.in_memory
+        else FileStore(
+            [rec.paths[i] for i in idx],
+            p.image_size,
+            p.workers,
+            [rec.where[i] for i in idx],
+        )
+    )
+    test = (
+        np.asarray(is_test, dtype=bool)[idx]
+        if is_test is not None
+        else assign_test_split(domains, slides, p.test_fraction, p.seed)
+    )
+    order = p.domains or list(dict.fromkeys(domains.tolist()))
+    ds = DomainDataset(name, store, classes, labels, domains, slides, test, order)
+    ds.skipped = skipped
+    return ds
+
+
+def _selected(rec: Records, p: FileDatasetParams) -> tuple[np.ndarray, list[str]]:
+    """The records of the configured domains, and the classes; a domain that is
+    not in the data or a label outside the classes fails naming it."""
     keep = np.arange(len(rec.paths))
     if p.domains is not None:
         unknown = sorted(set(p.domains) - set(rec.domains))
@@ -146,6 +185,18 @@ def build_file_dataset(
             f"{rec.where[i]}: label {rec.labels[i]!r} is not one of the classes "
             f"{classes} (data.params.classes)"
         )
+    return keep, classes
+
+
+def _readable(
+    name: str, rec: Records, keep: np.ndarray, p: FileDatasetParams
+) -> tuple[list[int], list[np.ndarray], list[str]]:
+    """The records of ``keep`` whose image can be used, their decoded images (in
+    memory only) and the skipped rows' messages.
+
+    A missing or unreadable image fails naming its row, or with ``skip_bad`` is
+    skipped, counted and logged.
+    """
     skipped: list[str] = []
     kept: list[int] = []
     images: list[np.ndarray] = []
@@ -186,38 +237,7 @@ def build_file_dataset(
         )
     if not kept:
         raise DataError(f"{name}: no readable images left")
-    present = {rec.labels[i] for i in kept}
-    absent = [c for c in classes if c not in present]
-    if absent:
-        raise DataError(
-            f"{name}: class(es) {absent} of data.params.classes have no image"
-            f"{' left after skip_bad' if skipped else ''}; drop them from "
-            "data.params.classes (an empty class would count as a zero in macro "
-            "metrics)"
-        )
-    idx = np.asarray(kept)
-    domains = np.array([rec.domains[i] for i in idx])
-    slides = np.array([rec.slides[i] for i in idx])
-    labels = np.array([classes.index(rec.labels[i]) for i in idx])
-    store: ImageStore = (
-        TensorStore(torch.from_numpy(np.stack(images)))
-        if p.in_memory
-        else FileStore(
-            [rec.paths[i] for i in idx],
-            p.image_size,
-            p.workers,
-            [rec.where[i] for i in idx],
-        )
-    )
-    test = (
-        np.asarray(is_test, dtype=bool)[idx]
-        if is_test is not None
-        else assign_test_split(domains, slides, p.test_fraction, p.seed)
-    )
-    order = p.domains or list(dict.fromkeys(domains.tolist()))
-    ds = DomainDataset(name, store, classes, labels, domains, slides, test, order)
-    ds.skipped = skipped
-    return ds
+    return kept, images, skipped
 
 
 def _decode_all(

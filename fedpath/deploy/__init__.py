@@ -13,15 +13,16 @@ none of which changes a result.
 - :mod:`.flwr_cli`: the Flower app folder, connections and runs through ``flwr``;
 - :mod:`.node`: the node launcher (worker supervisor, idle-poll cap) around
   Flower's own SuperNode;
-- :mod:`.worker_protocol` and :mod:`.worker`: the calling side and the serving
-  side of the node's persistent worker (an authenticated local Unix socket);
-- :mod:`.node_state`: a node's client state on its own disk, for exact resume;
+- :mod:`.worker`: the serving side of the node's persistent worker (an
+  authenticated local Unix socket);
 - :mod:`.cli`: ``fedpath flower certs | keys | app | connect | superlink |
   supernode | run``.
 
-The adapter reaches into this package in two places only, both lazily and only
-when the node config asks: it hands a stage to the worker
-(:func:`.worker_protocol.call`) and keeps the client state on disk
-(:mod:`.node_state`). Nothing here is imported by ``import fedpath``, and Flower
+``deploy`` sits above the runtime and the runtime never imports it: what a node
+does while it serves a run (the worker's calling side,
+:mod:`fedpath.runtime.flower.worker_protocol`; its client state on its own disk,
+:mod:`fedpath.runtime.flower.node_state`; signing its hello,
+:mod:`fedpath.runtime.flower.identity`) is part of the adapter, and this package
+imports it from there. Nothing here is imported by ``import fedpath``, and Flower
 is imported by the modules that need it, never by this file.
 """

@@ -115,7 +115,7 @@ class WorkerSupervisor:
 
     def wait_ready(self, timeout: float) -> bool:
         """True once the current worker process answers on the socket."""
-        from fedpath.deploy.worker_protocol import WorkerError, ping
+        from fedpath.runtime.flower.worker_protocol import WorkerError, ping
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -217,7 +217,7 @@ def worker_socket(port: int) -> Path:
     runtime directory (``$XDG_RUNTIME_DIR/fedpath``, private to the user by the
     login manager), else ``<tmp>/fedpath-<uid>``; either way the worker and the
     ClientApp refuse a folder that is not the user's alone
-    (:func:`~fedpath.deploy.worker_protocol.private_dir`).
+    (:func:`~fedpath.runtime.flower.worker_protocol.private_dir`).
     """
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and Path(runtime).is_dir():

@@ -6,8 +6,8 @@ per message, more than a small round's training. With a worker (what ``fedpath
 flower supernode`` starts next to the SuperNode, see :mod:`.node`) the ClientApp
 process stays thin: it imports Flower and the record code only, hands the stage
 message and the node's ``context.state`` to the worker over a local Unix socket
-(:func:`.worker_protocol.call`) and returns the worker's reply. The worker runs
-exactly the code the ClientApp would run itself
+(:func:`~fedpath.runtime.flower.worker_protocol.call`) and returns the worker's
+reply. The worker runs exactly the code the ClientApp would run itself
 (:func:`~fedpath.runtime.flower.client_app.handle_content`), so results do not
 change (tested bit-exact against in-process).
 
@@ -43,8 +43,8 @@ from typing import Any
 
 from flwr.app import Context
 
-from fedpath.deploy.worker_protocol import PING, STOP, key_path, private_dir
 from fedpath.runtime.flower.client_app import handle_content
+from fedpath.runtime.flower.worker_protocol import PING, STOP, key_path, private_dir
 
 log = logging.getLogger("fedpath")
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -167,10 +168,51 @@ def linear_probe(
         naming ``where``; or if ``l2`` is not a number > 0.
     """
     from sklearn.exceptions import ConvergenceWarning
-    from sklearn.model_selection import StratifiedKFold
 
     tx, ty, vx, vy = _check_inputs(train_x, train_y, test_x, test_y, where)
-    train_classes, counts = np.unique(ty, return_counts=True)
+    _check_settings(ty, folds, cs, l2, where)
+    labels = sorted(set(ty.tolist()) | set(vy.tolist()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        if l2 is not None:
+            note = f"no cross-validation: fixed L2 penalty {l2!r} (C = 1 / (n * l2))"
+            choice = _Choice(l2_to_c(float(l2), len(ty)), {}, 0, note)
+        else:
+            choice = _choose_c(tx, ty, labels, folds, cs, max_iter, seed)
+        model = fit_probe_model(tx, ty, choice.c, max_iter)
+        n_warn = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+    y_test, proba, pred = _predict(model, vx, vy, labels)
+    # the model's own predictions, which its argmax of proba could contradict
+    # at a rounding tie
+    out = metrics_with_confusion(y_test, proba, pred)
+    out.update(
+        {
+            "C": float(choice.c),
+            "cv_f1": choice.cv_f1,
+            "folds": choice.folds,
+            "n_train": len(ty),
+            "n_test": len(vy),
+            "n": len(vy),
+            "classes": [
+                int(c) if isinstance(c, np.integer | int) else str(c) for c in labels
+            ],
+            "converged": n_warn == 0,
+            "l2": 1.0 / (len(ty) * float(choice.c)),
+            "selection": "cv" if l2 is None else "fixed_l2",
+        }
+    )
+    if choice.note:
+        out["folds_note"] = choice.note
+    if len(labels) == 2:
+        out["roc"] = _roc(y_test, proba)
+    return out
+
+
+def _check_settings(
+    ty: np.ndarray, folds: int, cs: Sequence[float], l2: float | None, where: str
+) -> None:
+    """Refuse a single-class train split and a bad ``l2``, ``cs`` or ``folds``."""
+    train_classes = np.unique(ty)
     if len(train_classes) < 2:
         raise ConfigError(
             f"linear probe on {where}: its train split holds only class "
@@ -187,80 +229,84 @@ def linear_probe(
         raise ConfigError(f"linear probe on {where}: cs must be positive, got {cs}")
     if l2 is None and folds < 2:
         raise ConfigError(f"linear probe on {where}: folds must be >= 2, got {folds}")
-    labels = sorted(set(ty.tolist()) | set(vy.tolist()))
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """The chosen C with how it was chosen (the probe's ``C``, ``cv_f1``,
+    ``folds`` and ``folds_note``; an empty note is not reported)."""
+
+    c: float
+    cv_f1: dict[str, float]
+    folds: int
+    note: str
+
+
+def _indices(values: np.ndarray, labels: list[Any]) -> np.ndarray:
+    """Class values -> positions in ``labels`` (the metrics' class indices)."""
     index = {c: i for i, c in enumerate(labels)}
+    return np.array([index[v] for v in values.tolist()], dtype=np.int64)
 
-    def indices(values: np.ndarray) -> np.ndarray:
-        """Class values -> positions in ``labels`` (the metrics' class indices)."""
-        return np.array([index[v] for v in values.tolist()], dtype=np.int64)
 
-    rs = int(seed) % (2**32)
+def _choose_c(
+    tx: np.ndarray,
+    ty: np.ndarray,
+    labels: list[Any],
+    folds: int,
+    cs: Sequence[float],
+    max_iter: int,
+    seed: int,
+) -> _Choice:
+    """C over ``cs`` by stratified CV F1 (first of ties); with fewer folds when
+    the rarest train class is smaller, and the middle of ``cs`` (no CV) when a
+    class has a single sample."""
+    from sklearn.model_selection import StratifiedKFold
 
-    def fit(c: float, x: np.ndarray, y: np.ndarray) -> Any:
-        return fit_probe_model(x, y, c, max_iter)
-
-    used = 0 if l2 is not None else min(folds, int(counts.min()))
+    counts = np.unique(ty, return_counts=True)[1]
+    used = min(folds, int(counts.min()))
+    if used < 2:
+        note = "no cross-validation: a train class has a single sample"
+        return _Choice(sorted(cs)[len(cs) // 2], {}, 0, note)
     note = ""
+    if used < folds:
+        note = (
+            f"reduced from {folds} to {used} folds: the rarest train class "
+            f"has {int(counts.min())} samples"
+        )
+    rs = int(seed) % (2**32)
+    splitter = StratifiedKFold(n_splits=used, shuffle=True, random_state=rs)
+    splits = list(splitter.split(tx, ty))
     cv_f1: dict[str, float] = {}
-    n_warn = 0
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        if l2 is not None:
-            best = l2_to_c(float(l2), len(ty))
-            note = f"no cross-validation: fixed L2 penalty {l2!r} (C = 1 / (n * l2))"
-        elif used >= 2:
-            if used < folds:
-                note = (
-                    f"reduced from {folds} to {used} folds: the rarest train class "
-                    f"has {int(counts.min())} samples"
-                )
-            splitter = StratifiedKFold(n_splits=used, shuffle=True, random_state=rs)
-            splits = list(splitter.split(tx, ty))
-            for c in cs:
-                scores = []
-                for tr, va in splits:
-                    pred = fit(c, tx[tr], ty[tr]).predict(tx[va])
-                    scores.append(_cv_f1(indices(ty[va]), indices(pred), len(labels)))
-                cv_f1[repr(float(c))] = float(np.mean(scores))
-            best = max(cs, key=lambda c: cv_f1[repr(float(c))])  # first of ties
-        else:
-            used = 0
-            best = sorted(cs)[len(cs) // 2]
-            note = "no cross-validation: a train class has a single sample"
-        model = fit(best, tx, ty)
-        n_warn = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+    for c in cs:
+        scores = []
+        for tr, va in splits:
+            pred = fit_probe_model(tx[tr], ty[tr], c, max_iter).predict(tx[va])
+            scores.append(
+                _cv_f1(_indices(ty[va], labels), _indices(pred, labels), len(labels))
+            )
+        cv_f1[repr(float(c))] = float(np.mean(scores))
+    best = max(cs, key=lambda c: cv_f1[repr(float(c))])  # first of ties
+    return _Choice(best, cv_f1, used, note)
+
+
+def _predict(
+    model: Any, vx: np.ndarray, vy: np.ndarray, labels: list[Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Test labels, probabilities over ``labels`` (0 for a class the model never
+    saw) and predictions, all as class indices into ``labels``."""
     pred = model.predict(vx)
     proba_known = model.predict_proba(vx)
     proba = np.zeros((len(vx), len(labels)))
     for j, c in enumerate(model.classes_):
         proba[:, labels.index(c)] = proba_known[:, j]
-    y_test = indices(vy)
-    # the model's own predictions, which its argmax of proba could contradict
-    # at a rounding tie
-    out = metrics_with_confusion(y_test, proba, indices(pred))
-    out.update(
-        {
-            "C": float(best),
-            "cv_f1": cv_f1,
-            "folds": used,
-            "n_train": len(ty),
-            "n_test": len(vy),
-            "n": len(vy),
-            "classes": [
-                int(c) if isinstance(c, np.integer | int) else str(c) for c in labels
-            ],
-            "converged": n_warn == 0,
-            "l2": 1.0 / (len(ty) * float(best)),
-            "selection": "cv" if l2 is None else "fixed_l2",
-        }
-    )
-    if note:
-        out["folds_note"] = note
-    if len(labels) == 2:
-        positive = y_test == 1
-        if positive.any() and not positive.all():
-            fpr, tpr, _ = roc_curve(positive, proba[:, 1], drop_intermediate=True)
-            out["roc"] = {"fpr": fpr.tolist(), "tpr": tpr.tolist()}
-        else:
-            out["roc"] = {"fpr": [], "tpr": []}
-    return out
+    return _indices(vy, labels), proba, _indices(pred, labels)
+
+
+def _roc(y_test: np.ndarray, proba: np.ndarray) -> dict[str, list[float]]:
+    """The two-class ROC curve of the positive (index 1); empty when the test
+    split lacks one of the classes."""
+    positive = y_test == 1
+    if positive.any() and not positive.all():
+        fpr, tpr, _ = roc_curve(positive, proba[:, 1], drop_intermediate=True)
+        return {"fpr": fpr.tolist(), "tpr": tpr.tolist()}
+    return {"fpr": [], "tpr": []}

@@ -13,12 +13,14 @@ module is the small, CPU-sized version of that branch:
   until it covers ``H`` (FastGAN's blocks use BatchNorm and GLU; GroupNorm keeps
   the output independent of the batch); a final 3x3 conv and a sigmoid give RGB
   (resized with area interpolation when ``H`` is not ``4 * 2^k``).
-- :func:`train_decoder`: by default reconstruction only, ``L_rec = |g(z) - x|_1 +
-  |g(z) - x|_2^2`` (per-pixel means), Adam, deterministic in ``seed``; that gives
-  blurred, mean-like pseudo-patches. With ``adversarial=AdversarialOptions(...)``
-  it trains the paper's ``L_GAN + lambda_rec * L_rec`` against a small
-  spectrally normalised hinge-loss discriminator (:mod:`fedpath.mil.decoder_gan`,
-  a CPU-sized reduction of FastGAN's), which sharpens textures.
+- :func:`reconstruction_loss`: ``L_rec = |g(z) - x|_1 + |g(z) - x|_2^2``
+  (per-pixel means). Training is :func:`fedpath.mil.decoder_train.train_decoder`
+  (reconstruction only by default, which gives blurred, mean-like pseudo-patches;
+  with ``adversarial=AdversarialOptions(...)`` the paper's ``L_GAN + lambda_rec *
+  L_rec`` against a small spectrally normalised hinge-loss discriminator,
+  :mod:`fedpath.mil.decoder_gan`, a CPU-sized reduction of FastGAN's, which
+  sharpens textures). The layers: this module, then ``decoder_gan``, then
+  ``decoder_train``, each importing only those before it.
 - :func:`render` and :func:`save_grid`: uint8 pseudo-patches and a PNG with the
   rows "real patches", "decoded real embeddings", "decoded synthetic-slide tokens".
 
@@ -30,16 +32,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from fedpath.mil.decoder_gan import AdversarialOptions
 
 #: Side of the first feature map of the generator.
 BASE = 4
@@ -52,8 +49,6 @@ ROW_TITLES = (
     "decoded real embeddings",
     "decoded synthetic-slide tokens",
 )
-
-EpochCallback = Callable[[int, int, float], None]
 
 
 class PatchDecoder(nn.Module):
@@ -121,7 +116,9 @@ class PatchDecoder(nn.Module):
         return x
 
 
-def _check_embeddings(embeddings: Tensor, name: str = "embeddings") -> Tensor:
+def check_embeddings(embeddings: Tensor, name: str = "embeddings") -> Tensor:
+    """``embeddings`` as float32, or a ValueError naming ``name``: not (N > 0,
+    D) float, or not finite."""
     if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
         got = tuple(embeddings.shape) if isinstance(embeddings, Tensor) else embeddings
         raise ValueError(f"{name}: expected an (N, D) float tensor, got {got!r}")
@@ -134,7 +131,8 @@ def _check_embeddings(embeddings: Tensor, name: str = "embeddings") -> Tensor:
     return embeddings.float()
 
 
-def _check_patches(patches: Tensor, name: str = "patches") -> Tensor:
+def check_patches(patches: Tensor, name: str = "patches") -> Tensor:
+    """``patches``, or a ValueError naming ``name``: not uint8 (N > 0, 3, H, H)."""
     if not isinstance(patches, Tensor) or patches.dtype != torch.uint8:
         got = patches.dtype if isinstance(patches, Tensor) else type(patches).__name__
         raise ValueError(f"{name}: expected a uint8 tensor (N, 3, H, W), got {got}")
@@ -147,7 +145,8 @@ def _check_patches(patches: Tensor, name: str = "patches") -> Tensor:
     return patches
 
 
-def _check_dim(decoder: PatchDecoder, embeddings: Tensor) -> None:
+def check_dim(decoder: PatchDecoder, embeddings: Tensor) -> None:
+    """A ValueError unless ``embeddings`` have the decoder's dimension."""
     if embeddings.shape[1] != decoder.embed_dim:
         raise ValueError(
             f"embeddings: D = {embeddings.shape[1]}, but the decoder was trained "
@@ -160,133 +159,6 @@ def reconstruction_loss(pred: Tensor, target: Tensor) -> Tensor:
     return F.l1_loss(pred, target) + F.mse_loss(pred, target)
 
 
-def train_decoder(
-    embeddings: Tensor,
-    patches: Tensor,
-    epochs: int = 30,
-    lr: float = 2e-3,
-    seed: int = 0,
-    batch_size: int = 32,
-    on_epoch: EpochCallback | None = None,
-    *,
-    width: int = 64,
-    adversarial: AdversarialOptions | None = None,
-) -> tuple[PatchDecoder, list[float]]:
-    """Train a :class:`PatchDecoder` on one client's (embedding, patch) pairs.
-
-    Parameters
-    ----------
-    embeddings : Tensor
-        ``(N, D)`` float patch embeddings (e.g. :meth:`FedModel.encode`).
-    patches : Tensor
-        ``(N, 3, H, H)`` uint8 patches, row ``i`` the source of embedding ``i``.
-    epochs, lr, seed, batch_size : int, float, int, int
-        Adam with a cosine-decayed learning rate; ``epochs = 0`` returns the
-        initialised decoder (input statistics set). Deterministic in ``seed``
-        (initialisation and shuffling), and the global RNG is left untouched.
-    on_epoch : callable, optional
-        ``on_epoch(done, total, mean_loss)`` after every epoch (progress bars).
-    width : int
-        Channels of the decoder's first feature map.
-    adversarial : AdversarialOptions, optional
-        Add FedHD's ``L_GAN``: per batch, one step of a
-        :class:`~fedpath.mil.decoder_gan.PatchDiscriminator` (initialised from
-        ``seed + 1``, its augmentation drawn from ``seed + 2``), then one step of
-        the decoder on ``L_G + lambda_rec * L_rec``. ``None`` (default): the
-        reconstruction-only loop, unchanged (same weights for the same seed).
-
-    Returns
-    -------
-    decoder : PatchDecoder
-        In eval mode, on the CPU.
-    history : list of float
-        Mean ``L_rec`` per epoch (the unweighted reconstruction term, also with
-        ``adversarial``, so that runs compare).
-
-    Raises
-    ------
-    ValueError
-        Naming the argument: not (N, D) float ``embeddings``, non-uint8 or
-        non-square ``patches``, different N, or bad ``epochs``/``lr``/
-        ``batch_size``.
-    """
-    z = _check_embeddings(embeddings)
-    x8 = _check_patches(patches)
-    if z.shape[0] != x8.shape[0]:
-        raise ValueError(
-            f"embeddings has N = {z.shape[0]} rows but patches has N = "
-            f"{x8.shape[0]}; they must be pairs"
-        )
-    if epochs < 0 or lr <= 0 or batch_size < 1:
-        raise ValueError(
-            f"need epochs >= 0, lr > 0, batch_size >= 1; got epochs={epochs}, "
-            f"lr={lr}, batch_size={batch_size}"
-        )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        decoder = PatchDecoder(z.shape[1], int(x8.shape[2]), width)
-    decoder.set_input_stats(z)
-    target = x8.float().div_(255.0)
-    opt = torch.optim.Adam(decoder.parameters(), lr=lr)
-    n = z.shape[0]
-    steps = max(1, epochs * math.ceil(n / batch_size))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t / steps))
-    )
-    gen = torch.Generator().manual_seed(seed)
-    gan = None if adversarial is None else _Adversary(adversarial, x8.shape[2], seed)
-    history: list[float] = []
-    decoder.train()
-    for epoch in range(epochs):
-        order = torch.randperm(n, generator=gen)
-        total = 0.0
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
-            if gan is None:
-                loss = rec = reconstruction_loss(decoder(z[idx]), target[idx])
-            else:
-                loss, rec = gan.losses(decoder(z[idx]), target[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += float(rec.detach()) * len(idx)
-        history.append(total / n)
-        if on_epoch is not None:
-            on_epoch(epoch + 1, epochs, history[-1])
-    return decoder.eval(), history
-
-
-class _Adversary:
-    """The discriminator side of :func:`train_decoder` with ``adversarial``."""
-
-    def __init__(self, opts: AdversarialOptions, image_size: int, seed: int) -> None:
-        from fedpath.mil import decoder_gan
-
-        self.gan = decoder_gan
-        self.opts = opts
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 1)
-            self.disc = decoder_gan.PatchDiscriminator(
-                image_size, opts.d_width, opts.d_recon
-            )
-        self.opt = torch.optim.Adam(
-            self.disc.parameters(), lr=opts.d_lr, betas=(0.5, 0.999)
-        )
-        self.gen = torch.Generator().manual_seed(seed + 2)
-
-    def losses(self, fake: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
-        """Step the discriminator on ``(real, fake)``; return the generator's
-        ``(L_G + lambda_rec * L_rec, L_rec)``."""
-        self.gan.discriminator_step(
-            self.disc, self.opt, real, fake, self.opts, self.gen
-        )
-        total, _, rec = self.gan.generator_loss(
-            self.disc, fake, real, self.opts, self.gen
-        )
-        return total, rec
-
-
 @torch.no_grad()
 def render(decoder: PatchDecoder, embeddings: Tensor, batch_size: int = 256) -> Tensor:
     """Pseudo-patches ``(N, 3, H, H)`` uint8 of embeddings ``(N, D)``.
@@ -297,8 +169,8 @@ def render(decoder: PatchDecoder, embeddings: Tensor, batch_size: int = 256) -> 
         When ``embeddings`` is not (N, D) float or its D differs from the
         decoder's.
     """
-    z = _check_embeddings(embeddings)
-    _check_dim(decoder, z)
+    z = check_embeddings(embeddings)
+    check_dim(decoder, z)
     decoder.eval()
     chunks = [
         decoder(z[i : i + batch_size]).mul(255.0).round().clamp(0, 255).to(torch.uint8)
@@ -312,8 +184,8 @@ def reconstruction_error(
     decoder: PatchDecoder, embeddings: Tensor, patches: Tensor
 ) -> float:
     """Mean ``L_rec`` of ``decoder`` on (embedding, patch) pairs."""
-    z, x8 = _check_embeddings(embeddings), _check_patches(patches)
-    _check_dim(decoder, z)
+    z, x8 = check_embeddings(embeddings), check_patches(patches)
+    check_dim(decoder, z)
     if z.shape[0] != x8.shape[0]:
         raise ValueError(
             f"embeddings has N = {z.shape[0]} rows but patches has N = {x8.shape[0]}"
@@ -353,9 +225,9 @@ def save_grid(
     from PIL import Image, ImageDraw
 
     rows = [
-        _check_patches(real, "real"),
-        _check_patches(pseudo_real, "pseudo_real"),
-        _check_patches(pseudo_synthetic, "pseudo_synthetic"),
+        check_patches(real, "real"),
+        check_patches(pseudo_real, "pseudo_real"),
+        check_patches(pseudo_synthetic, "pseudo_synthetic"),
     ]
     size = int(rows[0].shape[2])
     for name, r in zip(("pseudo_real", "pseudo_synthetic"), rows[1:], strict=True):
@@ -410,5 +282,4 @@ __all__ = [
     "render",
     "save_grid",
     "spread",
-    "train_decoder",
 ]

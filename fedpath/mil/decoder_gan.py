@@ -1,7 +1,7 @@
 r"""The adversarial term of FedHD's decoder branch, at CPU scale.
 
 FedHD trains its visual branch (a FastGAN generator) on ``L_GAN + lambda_rec *
-L_rec``; :func:`fedpath.mil.decoder.train_decoder` adds the ``L_GAN`` half when it
+L_rec``; :func:`fedpath.mil.decoder_train.train_decoder` adds the ``L_GAN`` half when it
 is given :class:`AdversarialOptions`. The pieces here:
 
 - :class:`PatchDiscriminator`: a few strided 4x4 convolutions with spectral norm
@@ -19,8 +19,9 @@ is given :class:`AdversarialOptions`. The pieces here:
 - :func:`diff_augment`: DiffAugment-style random horizontal flip and translation
   (reflect-padded, up to 1/8 of the side), applied to real and fake images alike
   before the discriminator, as FastGAN does to train on few images.
-- :func:`discriminator_step` and :func:`generator_step`: one optimiser step of
-  each player; the generator's loss is ``L_G + lambda_rec * L_rec``.
+- :func:`discriminator_step` and :func:`generator_loss`: one optimiser step of
+  the discriminator, and the generator's loss ``L_G + lambda_rec * L_rec``;
+  :class:`Adversary` holds the discriminator's side of a training run.
 
 Differences from the paper and FastGAN, on purpose (CPU, minutes, 32-64 px):
 the generator is :class:`~fedpath.mil.decoder.PatchDecoder` (conditioned on the
@@ -235,8 +236,32 @@ def generator_loss(
     return adv + opts.lambda_rec * rec, adv, rec
 
 
+class Adversary:
+    """The discriminator side of :func:`fedpath.mil.decoder_train.train_decoder`
+    with ``adversarial``: the discriminator (initialised from ``seed + 1``), its
+    optimiser, and the augmentation's generator (``seed + 2``)."""
+
+    def __init__(self, opts: AdversarialOptions, image_size: int, seed: int) -> None:
+        self.opts = opts
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            self.disc = PatchDiscriminator(image_size, opts.d_width, opts.d_recon)
+        self.opt = torch.optim.Adam(
+            self.disc.parameters(), lr=opts.d_lr, betas=(0.5, 0.999)
+        )
+        self.gen = torch.Generator().manual_seed(seed + 2)
+
+    def losses(self, fake: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+        """Step the discriminator on ``(real, fake)``; return the generator's
+        ``(L_G + lambda_rec * L_rec, L_rec)``."""
+        discriminator_step(self.disc, self.opt, real, fake, self.opts, self.gen)
+        total, _, rec = generator_loss(self.disc, fake, real, self.opts, self.gen)
+        return total, rec
+
+
 __all__ = [
     "AdversarialOptions",
+    "Adversary",
     "PatchDiscriminator",
     "d_hinge_loss",
     "diff_augment",

@@ -12,7 +12,7 @@ extractor's name and, when the bag files record it, the encoder that made them),
 class names and the run's provenance (config hash, method, client, seed, fedpath
 version, data settings).
 
-:func:`load_mil_model` gives a :class:`LoadedMILModel`, whose
+:func:`fedpath.load_model` gives a :class:`LoadedMILModel`, whose
 :meth:`~LoadedMILModel.predict_proba` takes a list of bags (``(N, D)`` tensors or
 arrays, or :class:`~fedpath.mil.bags.SlideBag`) and computes exactly what the
 run's own evaluation did (:func:`fedpath.mil.predict.evaluate_mil`), so its
@@ -28,21 +28,20 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedpath import __version__
-from fedpath.artifact import FORMAT, SUFFIX, model_kind, read_container
-from fedpath.artifact import write_container as _write_container
 from fedpath.config import DataConfig, resolve_params
 from fedpath.errors import ArtifactError, DataError
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, build_mil_model
 from fedpath.mil.predict import evaluate_mil
+from fedpath.model_file import FORMAT, SUFFIX, LoadedFile, write_container
 from fedpath.registry import MIL_MODELS
+from fedpath.version import __version__
 
 if TYPE_CHECKING:
     from fedpath.config import ExperimentConfig
@@ -249,16 +248,22 @@ def export_client_model(
         encoder=dict(encoder) if encoder is not None else dataset_encoder(cfg.data),
         **{k: v for k, v in provenance.items() if k in known},
     )
-    return _write_container(path, asdict(meta), model)
+    return write_container(path, asdict(meta), model)
 
 
-class LoadedMILModel:
+class LoadedMILModel(LoadedFile[MILModelMeta]):
     """A MIL model file ready for inference: ``predict_proba`` on a list of bags.
 
-    >>> model = load_mil_model("runs/fedhd/none/seed0/models/hospital_0__c0.fpm")
+    >>> model = load_model("runs/fedhd/none/seed0/models/hospital_0__c0.fpm")
     >>> probs = model.predict_proba([torch.load("pt_files/slide_1.pt")])  # (1, C)
     >>> model.class_names[probs.argmax(1)[0]]
+
+    No temperature or operating point is fitted for MIL models yet: the
+    probabilities are the softmax, the decisions the argmax.
     """
+
+    kind: ClassVar[str] = KIND
+    unit: ClassVar[str] = "slides"
 
     def __init__(
         self,
@@ -266,29 +271,26 @@ class LoadedMILModel:
         weights: dict[str, Tensor],
         path: Path | None = None,
     ) -> None:
-        self.meta = meta
-        self.path = path
-        where = str(path)
+        super().__init__(meta, path)
         if meta.kind != KIND:
-            raise ArtifactError(f"model file {where!r} is not a MIL model file")
-        try:
-            self.model = build_mil_model(
+            raise ArtifactError(f"model file {str(path)!r} is not a MIL model file")
+        self.model = self._fit(
+            lambda: build_mil_model(
                 meta.architecture,
                 int(meta.in_dim),
                 meta.num_classes,
                 meta.architecture_params,
-            )
-            self.model.load_state_dict(weights)
-        except Exception as err:
-            raise ArtifactError(
-                f"model file {where!r} does not fit MIL architecture "
-                f"{meta.architecture!r}: {err}"
-            ) from None
-        self.model.eval()
+            ),
+            weights,
+            f"MIL architecture {meta.architecture!r}",
+        )
 
-    @property
-    def class_names(self) -> list[str]:
-        return list(self.meta.class_names)
+    @classmethod
+    def from_container(
+        cls, header: Mapping[str, Any], weights: dict[str, Tensor], path: Path
+    ) -> LoadedMILModel:
+        """The MIL model of a verified header (``kind: mil``) and its weights."""
+        return cls(MILModelMeta.from_header(header, path), weights, path)
 
     @property
     def in_dim(self) -> int:
@@ -339,31 +341,6 @@ class LoadedMILModel:
         evaluation computed them (:func:`fedpath.mil.predict.evaluate_mil`)."""
         probs, _ = evaluate_mil(self.model, self.as_bags(bags))
         return probs
-
-    def calibrate(self, probs: np.ndarray) -> np.ndarray:
-        """``probs`` unchanged: MIL model files hold no temperature (yet)."""
-        return probs
-
-    def decide(self, probs: np.ndarray) -> np.ndarray:
-        """Class indices of ``probs``: the argmax (no operating point yet)."""
-        return np.asarray(np.argmax(probs, axis=1), dtype=np.int64)
-
-    def predict(self, bags: Sequence[Any]) -> list[str]:
-        """Predicted class names of ``bags``."""
-        return [self.class_names[i] for i in self.decide(self.predict_proba(bags))]
-
-
-def load_mil_model(path: str | Path) -> LoadedMILModel:
-    """Load and verify a MIL model file (``kind: mil``); an image model file, a
-    corrupted or truncated one is refused, naming it."""
-    p = Path(path)
-    header, weights = read_container(p)
-    if model_kind(header) != KIND:
-        raise ArtifactError(
-            f"model file {str(p)!r} holds an {model_kind(header)} model, not a MIL "
-            "model of slide bags; load it with fedpath.load_model"
-        )
-    return LoadedMILModel(MILModelMeta.from_header(header, p), weights, p)
 
 
 def scan_bag_files(root: Path) -> list[Path]:

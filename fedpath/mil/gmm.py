@@ -199,6 +199,37 @@ def fit_gmms(
     labels = list(names) if names is not None else [f"#{i}" for i in range(len(xs))]
     if not xs or len(labels) != len(xs):
         raise ValueError("need at least one slide and one name per slide")
+    ks = _components_per_slide(xs, labels, components, too_few)
+    if init_means is not None and init_means.shape != (components, xs[0].shape[1]):
+        raise ValueError(
+            f"init_means must be ({components}, D), got {init_means.shape}"
+        )
+    d = xs[0].shape[1]
+    if batch_size is None:
+        per_slide = components * (d * d if covariance == "full" else d) * 4 * 4
+        batch_size = int(min(64, max(1, (512 * 2**20) // per_slide)))
+    opt = EMSettings(covariance, iters, tol, reg, kmeans_iters)
+    results: list[GMM | None] = [None] * len(xs)
+    for k in sorted(set(ks)):
+        todo = [i for i in range(len(xs)) if ks[i] == k]
+        for b in range(0, len(todo), batch_size):
+            chunk = todo[b : b + batch_size]
+            init = None if init_means is None or k != components else init_means
+            fitted = _fit_chunk([xs[i] for i in chunk], [seeds[i] for i in chunk],
+                                k, opt, init, max_patches, dtype)  # fmt: skip
+            for i, g in zip(chunk, fitted, strict=True):
+                results[i] = g
+    return [g for g in results if g is not None]
+
+
+def _components_per_slide(
+    xs: Sequence[Tensor],
+    labels: Sequence[str],
+    components: int,
+    too_few: Literal["error", "reduce"],
+) -> list[int]:
+    """Check each slide's features; the components it gets (``components``, or
+    half its patches with ``too_few="reduce"``)."""
     ks = []
     for x, name in zip(xs, labels, strict=True):
         if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[0] == 0:
@@ -214,45 +245,46 @@ def fit_gmms(
                 "fewer components)"
             )
         ks.append(components if x.shape[0] >= components else max(1, x.shape[0] // 2))
-    if init_means is not None and init_means.shape != (components, xs[0].shape[1]):
-        raise ValueError(
-            f"init_means must be ({components}, D), got {init_means.shape}"
-        )
-    d = xs[0].shape[1]
-    if batch_size is None:
-        per_slide = components * (d * d if covariance == "full" else d) * 4 * 4
-        batch_size = int(min(64, max(1, (512 * 2**20) // per_slide)))
-    opt = EMSettings(covariance, iters, tol, reg, kmeans_iters)
-    results: list[GMM | None] = [None] * len(xs)
-    for k in sorted(set(ks)):
-        todo = [i for i in range(len(xs)) if ks[i] == k]
-        for b in range(0, len(todo), batch_size):
-            chunk = todo[b : b + batch_size]
-            fit_x = [_subsample(xs[i], max_patches, seeds[i]).to(dtype) for i in chunk]
-            n_max = max(t.shape[0] for t in fit_x)
-            device = fit_x[0].device
-            xb = torch.zeros(len(chunk), n_max, d, dtype=dtype, device=device)
-            mask = torch.zeros(len(chunk), n_max, dtype=torch.bool, device=device)
-            centre = torch.stack([t.mean(0) for t in fit_x])  # float32 safety
-            for j, t in enumerate(fit_x):
-                xb[j, : t.shape[0]] = t - centre[j]
-                mask[j, : t.shape[0]] = True
-            gens = [torch.Generator(device=device).manual_seed(seeds[i]) for i in chunk]
-            init = None if init_means is None or k != components else init_means
-            if init is not None:
-                init = init.to(dtype)[None] - centre[:, None]
-            w, mu, cov, resp, ll, n_it, conv = run_em(xb, mask, k, opt, gens, init)
-            for j, i in enumerate(chunk):
-                n = fit_x[j].shape[0]
-                g = GMM(w[j], mu[j] + centre[j], cov[j], covariance, resp[j, :n])
-                g.log_likelihood, g.n_iter = float(ll[j]), int(n_it[j])
-                g.converged = bool(conv[j])
-                if n != xs[i].shape[0]:  # fitted on a subsample: cover all patches
-                    full = g.log_prob_components(xs[i])
-                    g.resp = torch.softmax(full, dim=1)
-                    g.log_likelihood = float(torch.logsumexp(full, 1).mean())
-                results[i] = g
-    return [g for g in results if g is not None]
+    return ks
+
+
+def _fit_chunk(
+    xs: Sequence[Tensor],
+    seeds: Sequence[int],
+    k: int,
+    opt: EMSettings,
+    init_means: Tensor | None,
+    max_patches: int | None,
+    dtype: torch.dtype,
+) -> list[GMM]:
+    """One batched EM over slides ``xs`` with ``k`` components each: zero-padded
+    and masked, each slide centred on its mean (float32 safety)."""
+    fit_x = [
+        _subsample(x, max_patches, s).to(dtype) for x, s in zip(xs, seeds, strict=True)
+    ]
+    n_max = max(t.shape[0] for t in fit_x)
+    device = fit_x[0].device
+    xb = torch.zeros(len(xs), n_max, xs[0].shape[1], dtype=dtype, device=device)
+    mask = torch.zeros(len(xs), n_max, dtype=torch.bool, device=device)
+    centre = torch.stack([t.mean(0) for t in fit_x])
+    for j, t in enumerate(fit_x):
+        xb[j, : t.shape[0]] = t - centre[j]
+        mask[j, : t.shape[0]] = True
+    gens = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+    init = None if init_means is None else init_means.to(dtype)[None] - centre[:, None]
+    w, mu, cov, resp, ll, n_it, conv = run_em(xb, mask, k, opt, gens, init)
+    out = []
+    for j, x in enumerate(xs):
+        n = fit_x[j].shape[0]
+        g = GMM(w[j], mu[j] + centre[j], cov[j], opt.kind, resp[j, :n])
+        g.log_likelihood, g.n_iter = float(ll[j]), int(n_it[j])
+        g.converged = bool(conv[j])
+        if n != x.shape[0]:  # fitted on a subsample: cover all patches
+            full = g.log_prob_components(x)
+            g.resp = torch.softmax(full, dim=1)
+            g.log_likelihood = float(torch.logsumexp(full, 1).mean())
+        out.append(g)
+    return out
 
 
 def _subsample(x: Tensor, max_patches: int | None, seed: int) -> Tensor:

@@ -13,7 +13,7 @@ image dataset, end to end:
 5. write the grid: real patches of that slide, their decoded embeddings, and
    decoded tokens of its synthetic slide.
 
-:func:`register` adds the subcommand (it sets ``fedhd_render_handler``);
+:func:`register` adds the subcommand (``fedpath.cli.COMMANDS`` dispatches to it);
 :func:`handler` runs it (:mod:`fedpath.mil.render_run`, imported on use so
 that ``fedpath --help`` does not load PyTorch). Bad input raises
 :class:`~fedpath.config.ConfigError` or :class:`~fedpath.data.base.DataError`,
@@ -25,10 +25,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpath.utils.cli_args import add_overrides, add_quiet
+from fedpath.utils.cli_args import SubParsers, add_overrides, add_quiet
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: SubParsers) -> None:
     """Add ``fedhd-render`` to ``sub``."""
     p = sub.add_parser(
         "fedhd-render",
@@ -59,6 +59,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="epochs of supervised training of the backbone on the domain's "
         "labels before embedding (default 2; 0 with --weights)",
     )
+    _add_distill_and_decoder(p)
+    p.add_argument("--columns", type=int, default=8, help="patches per row (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="default 0")
+    add_quiet(p, "no progress bars or status lines")
+
+
+def _add_distill_and_decoder(p: argparse.ArgumentParser) -> None:
+    """The distillation's and the decoder's settings."""
     p.add_argument("--components", type=int, default=4, help="GMM M (default 4)")
     p.add_argument(
         "--covariance", choices=("full", "diag"), default="diag", help="default diag"
@@ -93,10 +101,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         help="discriminator learning rate, > 0 (default 1e-3; needs --adversarial)",
     )
-    p.add_argument("--columns", type=int, default=8, help="patches per row (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="default 0")
-    add_quiet(p, "no progress bars or status lines")
-    p.set_defaults(fedhd_render_handler=handler)
 
 
 def handler(args: argparse.Namespace) -> int:

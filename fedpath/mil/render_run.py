@@ -18,8 +18,8 @@ from rich.console import Console
 
 from fedpath.config import ConfigError
 from fedpath.data.base import DataError, Split
-from fedpath.mil.decoder import EpochCallback
 from fedpath.mil.decoder_gan import AdversarialOptions
+from fedpath.mil.decoder_train import EpochCallback
 from fedpath.utils.cli_args import is_quiet
 
 
@@ -77,7 +77,7 @@ def _epoch_bar(quiet: bool, label: str, total: int) -> Iterator[EpochCallback | 
     if quiet or total == 0:
         yield None
         return
-    from fedpath.utils.progress import job_progress
+    from fedpath.utils.progress_display import job_progress
 
     with job_progress("epoch", label, total, quiet) as job:
         seen = [0]
@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``fedhd-render``; print what was rendered and the PNG's path."""
     from fedpath.config import load_config
     from fedpath.mil.bags import SlideBag
-    from fedpath.mil.decoder import render, save_grid, spread, train_decoder
+    from fedpath.mil.decoder import render, save_grid, spread
+    from fedpath.mil.decoder_train import train_decoder
     from fedpath.mil.distill import DistillOptions, distill_slides
     from fedpath.runtime.experiment import load_dataset
     from fedpath.tasks import require_kind

@@ -1,7 +1,7 @@
 """Per-client embedding spaces: a hospital's slides as its own extractor embeds them.
 
 A slide-bag dataset fixes the slides (ids, labels, domains, train/test split);
-``algorithm.params.features`` (:class:`~fedpath.params.algorithms.
+``algorithm.params.features`` (:class:`~fedpath.params.mil_train.
 FeatureSetParams`, per client or domain) says which feature extractor's bags a
 client reads them in. A :class:`FeatureSet` maps a dataset bag to the same
 slide in its space:
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from fedpath.errors import DataError
 from fedpath.mil.bags import SlideBag, read_bag_file
-from fedpath.params.algorithms import FeatureSetParams
+from fedpath.params.mil_train import FeatureSetParams
 
 
 class FeatureSet:

@@ -9,7 +9,9 @@ through ``fedpath/catalog.json`` (which records ``"module:QualName"``) without
 importing the plugins. Each class is also importable from its old home
 (``from fedpath.algorithms.fedstain import FedStainParams``); it is the same class.
 
-- :mod:`.algorithms`: every algorithm's params (``AlgorithmParams`` and its subclasses);
+- :mod:`.algorithms`: the image algorithms' params (``AlgorithmParams`` and its
+  subclasses);
+- :mod:`.mil_train`, :mod:`.mil_baselines`: the slide-bag (MIL) algorithms' params;
 - :mod:`.models`: the image backbones' params;
 - :mod:`.mil`: the MIL models' params;
 - :mod:`.data`: the datasets' params.

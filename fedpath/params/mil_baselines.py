@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fedpath.params.algorithms import MILTrainParams, SpacesChoice, SpacesParams
+from fedpath.params.mil_train import MILTrainParams, SpacesChoice, SpacesParams
 from fedpath.schema import Ge, Gt, Probability, Range, require
 
 

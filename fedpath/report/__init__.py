@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from fedpath.utils.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fedpath.report.build import ReportInfo, write_report
+    from fedpath.report.build import write_report
+    from fedpath.report.builder import ReportInfo
 
 __all__ = ["ReportInfo", "write_report"]
-__getattr__ = lazy_exports(__name__, {"ReportInfo": "build", "write_report": "build"})
+__getattr__ = lazy_exports(__name__, {"ReportInfo": "builder", "write_report": "build"})

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpath.utils.cli_args import add_quiet
+from fedpath.utils.cli_args import SubParsers, add_quiet
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: SubParsers) -> None:
     """Add ``report`` to ``sub``."""
     p = sub.add_parser(
         "report",
@@ -37,10 +37,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="which images; t-SNE's seed")
     add_quiet(p, "print nothing but errors")
-    p.set_defaults(report_handler=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
+    """Write the report; print its path and the figures it could not draw."""
     from fedpath.errors import ConfigError
     from fedpath.report import write_report
 

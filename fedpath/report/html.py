@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpath.evaluation.tables import LOWER_IS_BETTER, ResultTable, _best_rows
+from fedpath.evaluation.tables import LOWER_IS_BETTER, ResultTable, best_rows
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
@@ -62,7 +62,7 @@ def result_table(
     compare the page with ``final.json``; the table's ``data-metric`` is ``key``
     (default: the metric).
     """
-    best = _best_rows(table, decimals)
+    best = best_rows(table, decimals)
     cols = list(table.columns)
     head = "".join(f"<th>{esc(c)}</th>" for c in ["Method", *cols])
     if worst:

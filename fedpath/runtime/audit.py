@@ -3,11 +3,11 @@
 Every run writes ``traffic.jsonl`` while it runs (in-process and on the Flower
 coordinator): one line per (round, stage, client) with the ``[group, name, dtype,
 shape, bytes]`` of every array the client received and every array it sent,
-never the values. During the run each reply is also checked
-(:func:`fedpath.deploy.policy.check_reply`): an image-shaped array from a
-client stops the run unless the algorithm is a pooled, non-private baseline. This
-module turns the file into a table and a verdict, from the records alone (no
-PyTorch, no data).
+never the values (:func:`manifest` makes those records). During the run each
+reply is also checked (the node guard's :func:`fedpath.runtime.guard.check_reply`):
+an image-shaped array from a client stops the run unless the algorithm declares
+it uploads raw data (a pooled, non-private baseline). This module turns the file
+into a table and a verdict, from the records alone (no PyTorch, no data).
 """
 
 from __future__ import annotations
@@ -16,11 +16,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from fedpath.errors import DataError
+from fedpath.runtime.guard import image_shaped
+
+if TYPE_CHECKING:
+    from fedpath.types import Payload
 
 #: array groups that hold raw data when a client sends them
 RAW_GROUPS = {"pool": "images (pooled upper bound)", "real_slides": "real embeddings"}
@@ -53,6 +57,16 @@ class Flow:
         return sum(r[3] for rows in self.arrays.values() for r in rows)
 
 
+def manifest(payload: Payload) -> list[list[Any]]:
+    """``[group, name, dtype, shape, bytes]`` of every array of ``payload`` (what
+    ``traffic.jsonl`` records; the values themselves are never written)."""
+    return [
+        [g, k, str(a.dtype), [int(x) for x in a.shape], int(a.nbytes)]
+        for g, arrays in payload.arrays.items()
+        for k, a in arrays.items()
+    ]
+
+
 def read_traffic(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "traffic.jsonl"
     if not path.is_file():
@@ -76,8 +90,6 @@ def image_size_of(run_dir: Path) -> int | None:
 
 def verdict(records: list[dict[str, Any]], image_size: int | None) -> list[str]:
     """What left the clients that is not weights, statistics or synthetic data."""
-    from fedpath.deploy.policy import image_shaped
-
     findings = []
     for r in records:
         for group, name, _, shape, _ in r.get("sent") or []:

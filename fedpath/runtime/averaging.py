@@ -22,10 +22,19 @@ an uninterrupted one does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from fedpath.algorithms.names import WEIGHTS
 from fedpath.types import ArrayDict, Payload
+
+if TYPE_CHECKING:
+    from fedpath.data.base import Split
+    from fedpath.runtime.evaluate import EvalModel
+    from fedpath.runtime.selection import Selector, ValidationPredictions
+    from fedpath.tasks import Task
 
 #: the scalar key of the number of rounds in the mean
 COUNT = "count"
@@ -85,3 +94,31 @@ class RoundAverage:
             k: (v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v)
             for k, v in state.arrays.get(WEIGHTS, {}).items()
         }
+
+
+def averaged_block(
+    averager: RoundAverage,
+    last: ArrayDict,
+    task: Task,
+    model: EvalModel,
+    target: Split,
+    selector: Selector | None,
+    predictions: Callable[[ArrayDict], ValidationPredictions],
+) -> dict[str, Any]:
+    """The final record's ``averaged`` block: the target metrics of the mean of
+    the global weights (and, with validation, its own temperature and operating
+    point from ``predictions``). ``model`` holds ``last`` again afterwards."""
+    weights = averager.weights(last)
+    if weights is None:
+        return {}
+    model.load(weights)
+    block: dict[str, Any] = {
+        "rounds": averager.rounds,
+        "target": task.evaluate(model.module, target),
+    }
+    if selector is not None:
+        val = predictions(weights)
+        model.load(weights)  # (the transport may have used the model)
+        block.update(selector.decide(task, model.module, target, val))
+    model.load(last)
+    return {"averaged": block}

@@ -1,7 +1,9 @@
 """How a run is judged: the global model on held-out data, a linear probe, or clients.
 
-Pure functions over a model and splits, called by the runtime at every evaluation
-round (``evaluation.protocol``, see :class:`fedpath.config.EvalConfig`). Each
+Pure functions over a model and splits, and the coordinator's one evaluation
+model (:class:`EvalModel`), used by the run's evaluation piece
+(:class:`fedpath.runtime.evaluator.Evaluator`) at every evaluation round
+(``evaluation.protocol``, see :class:`fedpath.config.EvalConfig`). Each
 evaluated split also becomes one ``kind: eval`` line of ``results.jsonl`` through
 the ``record`` callback.
 """
@@ -12,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from fedpath.config import ExperimentConfig
@@ -19,10 +22,31 @@ from fedpath.data.base import DomainDataset, Split
 from fedpath.data.partition import LodoFold
 from fedpath.evaluation.groups import worst_group
 from fedpath.tasks import Task
+from fedpath.types import ArrayDict
 
 #: ``record(kind, domain, metrics)`` writes one evaluation line
 Record = Callable[[str, str, Mapping[str, Any]], None]
 Splits = dict[tuple[str, str], Split]
+
+
+def load_weights(model: nn.Module, weights: ArrayDict) -> None:
+    """Load the entries of ``weights`` that ``model`` has (global weights lack a
+    client's local modules; a model may lack a server-only entry)."""
+    own = model.state_dict()
+    model.load_state_dict(
+        {**own, **{k: torch.from_numpy(v) for k, v in weights.items() if k in own}}
+    )
+
+
+class EvalModel:
+    """The coordinator's one evaluation model, into which weights are loaded."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def load(self, weights: ArrayDict) -> None:
+        """Put ``weights`` into :attr:`module` (see :func:`load_weights`)."""
+        load_weights(self.module, weights)
 
 
 def eval_splits(

@@ -30,7 +30,8 @@ from fedpath.config import (
 from fedpath.data.base import DATASETS, DomainDataset
 from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.evaluation.tables import ResultRow
-from fedpath.runtime.inprocess import FINAL, InProcessRun
+from fedpath.runtime.inprocess import InProcessRun
+from fedpath.runtime.persistence import FINAL
 from fedpath.tasks import prepare_dataset
 from fedpath.utils.progress import Reporter
 
@@ -74,12 +75,13 @@ def run_experiment(
     dataset = prepare_dataset(cfg, dataset or load_dataset(cfg.data), reporter)
     plan = plan_runs(cfg, dataset)
     reporter.start_runs(len(plan))
+    config_hash = cfg.hash()  # once: every run of the plan has the same config
     records = []
     for fold, seed in plan:
         run_dir = run_dir_for(cfg, fold.target, seed)
         if before_run is not None:
             before_run(run_dir.absolute())
-        run = InProcessRun(cfg, dataset, fold, seed, run_dir, reporter)
+        run = InProcessRun(cfg, dataset, fold, seed, run_dir, reporter, config_hash)
         records.append(run.run(resume=resume))
     return records
 

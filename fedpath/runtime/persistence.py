@@ -40,6 +40,8 @@ FINAL = "final.json"
 #: what each client received and sent, per round and stage (``fedpath audit``)
 TRAFFIC = "traffic.jsonl"
 MODEL = "model.fpm"
+#: the folder of the clients' own models (``evaluation.protocol: local``)
+CLIENT_MODELS = "models"
 
 
 @dataclass
@@ -171,16 +173,45 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
     return ckpt
 
 
+def open_run_dir(run_dir: Path, fresh: bool) -> None:
+    """Create ``run_dir`` and drop what a killed write left (``.*.tmp``); for a
+    ``fresh`` run also every output of an earlier run, so none stays beside the
+    new one."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in run_dir.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    if not fresh:
+        return
+    for name in (RESULTS, CHECKPOINT, FINAL, MODEL, TRAFFIC):
+        (run_dir / name).unlink(missing_ok=True)
+    for stale in (run_dir / CLIENT_MODELS).glob("*.fpm"):
+        stale.unlink()
+
+
+def finished_record(
+    run_dir: Path, cfg: ExperimentConfig, config_hash: str
+) -> dict[str, Any] | None:
+    """The final record of a run that finished (None: it did not), checked to
+    come from the same config (:func:`check_same_config`)."""
+    done = run_dir / FINAL
+    if not done.is_file():
+        return None
+    record = dict(json.loads(done.read_text()))
+    check_same_config(run_dir, record, cfg, config_hash)
+    return record
+
+
 def check_same_config(
-    run_dir: Path, final: Mapping[str, Any], cfg: ExperimentConfig
+    run_dir: Path, final: Mapping[str, Any], cfg: ExperimentConfig, config_hash: str
 ) -> None:
-    """Refuse to hand back a finished run's results for a changed config.
+    """Refuse to hand back a finished run's results for a changed config
+    (``config_hash``: the hash of ``cfg``).
 
     ``--resume`` skips finished runs; if the config changed since, their results
     would be returned as the new config's. The differing keys are named (from the
     run's ``config.yaml``).
     """
-    if final.get("config_hash") == cfg.hash():
+    if final.get("config_hash") == config_hash:
         return
     keys: list[str] = []
     saved = run_dir / "config.yaml"

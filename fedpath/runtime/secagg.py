@@ -7,8 +7,10 @@ Learning" (CCS 2017) and Bell et al., "Secure Single-Server Aggregation with
 the clients' quantized, weighted uploads and nothing else about any one of them;
 the protocol and its message flow are :mod:`fedpath.runtime.flower.secagg`.
 
-This module imports neither Flower nor PyTorch: the node policy
-(:mod:`fedpath.deploy.policy`) and ``fedpath flower run`` check settings with it.
+Which algorithms it can carry, and how it weights each upload, is what each
+algorithm declares (``Wire.secagg``, :mod:`fedpath.wire`). This module imports
+neither Flower nor PyTorch: the node guard (:mod:`fedpath.runtime.guard`) and
+``fedpath flower run`` check settings with it.
 
 Quantization (Flower's, per client k with example count n_k): the weight
 a_k = n_k / W (W: ``secagg-max-weight``) is itself quantized to
@@ -27,24 +29,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedpath.config import ConfigError
+from fedpath.wire import declared, declaring, describe
 
 if TYPE_CHECKING:
     from fedpath.config import ExperimentConfig
-
-#: The algorithms whose fit stage SecAgg+ can carry, and how each client's upload
-#: is weighted: "examples" (FedAvg's n_k, summed securely with the weights) or
-#: "equal" (DP-FedAvg's unweighted mean of clipped updates). Each uploads one
-#: group of weights and its server half only averages them; FedBN's normalization
-#: entries are uploaded too (the server averages them for the unseen hospital).
-ALGORITHMS: dict[str, str] = {
-    "fedavg": "examples",
-    "fedprox": "examples",
-    "fedbn": "examples",
-    "strap": "examples",
-    "fedavg_mil": "examples",
-    "fedprox_mil": "examples",
-    "dp_fedavg": "equal",
-}
 
 MODES = ("none", "secaggplus")
 
@@ -178,17 +166,23 @@ def error_bound(
     return 3 * m * c / (q * d) + 2.0**-23 * (c if max_abs is None else max_abs)
 
 
-def check_algorithm(cfg: ExperimentConfig, where: str = RC_MODE) -> str:
-    """The weighting of ``cfg``'s algorithm under SecAgg+; a ConfigError naming
-    ``where`` (the run-config key) for algorithms it cannot carry."""
-    name = cfg.algorithm.name
-    if name not in ALGORITHMS:
-        from fedpath.deploy.policy import UPLOADS
+def carried() -> list[str]:
+    """The algorithms whose fit stage SecAgg+ can carry (they declare how their
+    uploads are weighted, ``Wire.secagg``), sorted."""
+    return declaring(lambda wire: wire.secagg is not None)
 
-        what = UPLOADS.get(name, "something other than one group of weights")
+
+def check_algorithm(cfg: ExperimentConfig, where: str = RC_MODE) -> str:
+    """The weighting of ``cfg``'s algorithm under SecAgg+ (its declared
+    ``Wire.secagg``: "examples" or "equal"); a ConfigError naming ``where`` (the
+    run-config key) for algorithms it cannot carry."""
+    name = cfg.algorithm.name
+    wire = declared(name)
+    if wire is None or wire.secagg is None:
+        what = describe(name, "something other than one group of weights")
         raise ConfigError(
             f"Flower run config {where!r}: 'secaggplus' sums the weights of the "
-            f"weight-averaging algorithms ({', '.join(sorted(ALGORITHMS))}); "
+            f"weight-averaging algorithms ({', '.join(carried())}); "
             f"algorithm {name!r} uploads {what}, which a sum cannot carry; run it "
             f'with {where} = "none"'
         )
@@ -199,7 +193,7 @@ def check_algorithm(cfg: ExperimentConfig, where: str = RC_MODE) -> str:
             "needs every client's own BatchNorm moments, which secure aggregation "
             "hides; use bn_buffers=average"
         )
-    return ALGORITHMS[name]
+    return wire.secagg
 
 
 def _number(rc: Mapping[str, Any], key: str, default: float | int) -> float | int:
@@ -230,8 +224,8 @@ def _bad(key: str, expected: str, got: object) -> ConfigError:
 
 
 __all__ = [
-    "ALGORITHMS",
     "SecAggSettings",
+    "carried",
     "check_algorithm",
     "error_bound",
 ]

@@ -57,7 +57,7 @@ from fedpath.evaluation.metrics import (
     classification_metrics,
     expected_calibration_error,
 )
-from fedpath.runtime.evaluate import Record
+from fedpath.runtime.evaluate import Record, load_weights
 from fedpath.tasks import Task
 from fedpath.types import ArrayDict, Payload
 
@@ -308,10 +308,7 @@ def validation_model(task: Task, seed: int, weights: ArrayDict) -> nn.Module:
     with torch.random.fork_rng(devices=[]):  # the caller's RNG stays as it was
         torch.manual_seed(derive_seed(seed, "init"))
         model = task.initial_model()
-    own = model.state_dict()
-    model.load_state_dict(
-        {**own, **{k: torch.from_numpy(v) for k, v in weights.items() if k in own}}
-    )
+    load_weights(model, weights)
     return model
 
 

@@ -5,7 +5,7 @@ demo are written down::
 
     description: FedStain ablations on the synthetic hospitals
     base: ../synthetic_fedstain.yaml      # relative to this file
-    overrides: [seeds=[0,1,2]]            # applied to every variant
+    overrides: ['seeds=[0,1,2]']          # applied to every variant
     variants:                             # label -> overrides of that variant
       full: []
       no_randstain: [algorithm.params.randstain=false]

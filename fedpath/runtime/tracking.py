@@ -29,7 +29,8 @@ and every call into a backend is guarded: the first failure logs a warning and
 turns tracking off for the rest of the run, which goes on.
 
 This module imports no PyTorch, TensorBoard or MLflow at import time (config
-validation imports it for :func:`check_backend`).
+validation imports it for :func:`check_backend`). The scalars' names and the
+logs' folders are in :mod:`fedpath.runtime.tracking_names`.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedpath.runtime.tracking_names import (
+    MLFLOW_RUN,
+    mlflow_store,
+    run_path,
+    scalars,
+    tensorboard_dir,
+)
 from fedpath.schema import ConfigError
 
 if TYPE_CHECKING:
@@ -57,14 +63,6 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "tensorboard"),
     "mlflow": ("mlflow", "mlflow"),
 }
-#: the TensorBoard log folder inside a run directory (no ``runtime.tracking_dir``)
-TENSORBOARD_DIR = "tensorboard"
-#: the MLflow file store under ``output_dir`` (no ``runtime.tracking_dir``)
-MLFLOW_STORE = "mlruns"
-#: in a run directory: the MLflow run that tracks it (reused by ``--resume``)
-MLFLOW_RUN = "mlflow_run.json"
-#: record fields that say which record it is, not what was measured
-LABEL_FIELDS = ("method", "target", "seed", "kind", "round", "split", "domain")
 #: TensorBoard's event files
 _EVENTS = "events.out.tfevents.*"
 #: MLflow's limits per ``log_batch`` call and per param value
@@ -87,37 +85,6 @@ def check_backend(backend: str) -> None:
         )
 
 
-# ------------------------------------------------------------------------ records
-
-_BAD_CHARS = re.compile(r"[^\w.\- /]")
-
-
-def metric_name(*parts: Any) -> str:
-    """Join name parts with ``/``, in the characters MLflow accepts (others: ``_``;
-    no empty, ``.`` or ``..`` path components), so both backends use one name."""
-    text = _BAD_CHARS.sub("_", "/".join(str(p) for p in parts))
-    pieces = [p if p not in (".", "..") else "_" for p in text.split("/") if p]
-    return "/".join(pieces)
-
-
-def scalars(record: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric fields of one ``results.jsonl`` record under their tracker names.
-
-    ``<kind>[/<split>/<domain>]/<field>``; the labels (:data:`LABEL_FIELDS`),
-    strings, booleans, nulls (an undefined metric) and non-finite numbers are left
-    out.
-    """
-    head = [record.get("kind", "record")]
-    head += [record[k] for k in ("split", "domain") if k in record]
-    out: dict[str, float] = {}
-    for key, value in record.items():
-        if key in LABEL_FIELDS or isinstance(value, bool):
-            continue
-        if isinstance(value, int | float) and math.isfinite(value):
-            out[metric_name(*head, key)] = float(value)
-    return out
-
-
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in tree.items():
         if isinstance(value, Mapping) and value:
@@ -129,28 +96,6 @@ def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
-
-
-def run_path(cfg: ExperimentConfig, labels: Mapping[str, Any]) -> Path:
-    """``<name>/<method>/<target>/seed<seed>``: where a run is kept below
-    ``output_dir`` (and its TensorBoard logs below ``runtime.tracking_dir``)."""
-    target = str(labels["target"]).replace("/", "_")
-    return Path(cfg.name, cfg.method, target, f"seed{labels['seed']}")
-
-
-def tensorboard_dir(
-    cfg: ExperimentConfig, run_dir: Path, labels: Mapping[str, Any]
-) -> Path:
-    """The TensorBoard log folder of one run."""
-    if cfg.runtime.tracking_dir is None:
-        return run_dir / TENSORBOARD_DIR
-    return Path(cfg.runtime.tracking_dir) / run_path(cfg, labels)
-
-
-def mlflow_store(cfg: ExperimentConfig) -> Path:
-    """The MLflow file store of a config's runs (one per output_dir by default)."""
-    root = cfg.runtime.tracking_dir
-    return Path(root) if root is not None else Path(cfg.output_dir) / MLFLOW_STORE
 
 
 # ------------------------------------------------------------------------ trackers
@@ -222,7 +167,7 @@ NO_TRACKING = Tracker()
 
 
 def _identity(cfg: ExperimentConfig, labels: Mapping[str, Any]) -> dict[str, str]:
-    from fedpath import __version__
+    from fedpath.version import __version__
 
     return {
         "method": str(labels["method"]),

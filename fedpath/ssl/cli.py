@@ -1,7 +1,7 @@
 """``fedpath plot-ssl RUNS... --out PNG``: training dynamics of self-supervised runs.
 
-:func:`register` adds the subcommand to the main parser's subparsers (it sets
-``ssl_handler`` on the namespace); :func:`handler` runs it. Bad input raises
+:func:`register` adds the subcommand to the main parser's subparsers;
+:func:`handler` runs it (``fedpath.cli.COMMANDS`` names it). Bad input raises
 :class:`~fedpath.config.ConfigError`, which ``fedpath``'s ``main`` reports as an
 ``error:`` line with exit code 2.
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fedpath.utils.cli_args import SubParsers
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def register(sub: SubParsers) -> None:
     """Add ``plot-ssl`` to ``sub``."""
     p = sub.add_parser(
         "plot-ssl",
@@ -26,7 +28,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("runs", nargs="+", type=Path, metavar="RUNS")
     p.add_argument("--out", type=Path, required=True, help="output PNG file")
     p.add_argument("--title", default=None)
-    p.set_defaults(ssl_handler=handler)
 
 
 def handler(args: argparse.Namespace) -> int:

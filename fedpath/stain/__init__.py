@@ -9,7 +9,8 @@ used); everything is vectorized over the batch and NaN-free, including on consta
 * :mod:`~fedpath.stain.moments` -- per-channel moments and FedStain Table V pairs.
 * :mod:`~fedpath.stain.shape` -- monotone skewness/kurtosis matching (its budget:
   :class:`~fedpath.stain.shape.ShapeFit`), restyling.
-* :mod:`~fedpath.stain.randstain` -- Level-1 RandStain (Eq. 1) and its pool.
+* :mod:`~fedpath.stain.pool` -- the pool of exchanged statistics and its template draws.
+* :mod:`~fedpath.stain.randstain` -- Level-1 RandStain (Eq. 1).
 * :mod:`~fedpath.stain.mixstyle` -- MixStyle with higher-order statistics (Alg. 1).
 * :mod:`~fedpath.stain.augmix` -- geometric AugMix (Level 2 morphology).
 """
@@ -25,7 +26,8 @@ from fedpath.stain.moments import (
     channel_moments,
     image_statistics,
 )
-from fedpath.stain.randstain import StatPool, randstain, randstain_in_space
+from fedpath.stain.pool import StatPool
+from fedpath.stain.randstain import randstain, randstain_in_space
 from fedpath.stain.shape import (
     ACCURATE_FIT,
     ShapeFit,

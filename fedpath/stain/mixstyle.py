@@ -40,7 +40,7 @@ from fedpath.stain.moments import (
     check_kind,
     image_statistics,
 )
-from fedpath.stain.randstain import StatPool
+from fedpath.stain.pool import StatPool
 from fedpath.stain.shape import ACCURATE_FIT, ShapeFit, match_shape, restyle
 
 __all__ = ["mix_feature_statistics", "mixstyle", "mixstyle_features"]

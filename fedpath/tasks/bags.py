@@ -43,7 +43,7 @@ from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import MILModel, mil_builder
 from fedpath.mil.predict import evaluate_mil
 from fedpath.mil.spaces import FeatureSet
-from fedpath.params.algorithms import MILTrainParams
+from fedpath.params.mil_train import MILTrainParams
 from fedpath.tasks import base
 
 #: ``loss(model, features (N, D), label (1,), synthetic) -> {"loss": tensor, ...}``

@@ -22,6 +22,7 @@ from fedpath.config import ConfigError, ExperimentConfig, TrainConfig
 from fedpath.data.base import DomainDataset, Split
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params
+from fedpath.models.tta import dihedral_views
 from fedpath.tasks.base import EpochCallback, Task, make_optimizer, schedule, step
 from fedpath.tasks.finetune import (
     augment_generator,
@@ -93,13 +94,6 @@ def fit_images(
         if on_epoch is not None:
             on_epoch(epoch + 1, cfg.local_epochs)
     return {k: v / max(n_seen, 1) for k, v in sums.items()}
-
-
-def dihedral_views(x: torch.Tensor) -> list[torch.Tensor]:
-    """The 8 flips and 90-degree turns of images ``x`` (B, C, H, W), identity
-    first."""
-    turns = [torch.rot90(x, k, dims=(2, 3)) for k in range(4)]
-    return turns + [t.flip(3) for t in turns]
 
 
 @torch.no_grad()

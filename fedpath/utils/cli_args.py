@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from typing import TypeAlias
+
+#: What ``parser.add_subparsers()`` returns: each command module's ``register``
+#: functions add their subcommand's parser to it (a string: the class is generic
+#: only to type checkers).
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_overrides(

@@ -183,7 +183,7 @@ def stage_progress(
     if quiet:
         yield lambda name: None
         return
-    from fedpath.utils.progress import job_progress
+    from fedpath.utils.progress_display import job_progress
 
     with job_progress(description, "slides", total, quiet) as job:
         yield lambda name: job.advance(1, name)

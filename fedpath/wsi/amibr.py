@@ -27,9 +27,9 @@ of fedpath's AMi-Br results have (122 of 3,720 touch a border), or white (255),
 how :meth:`~.slide_base.Slide.read_region` pads. A centre outside the image is an
 error.
 
-**Domains.** MIDOG 2021 images are numbered by scanner: 001-050 Hamamatsu XR,
-051-100 Hamamatsu S360, 101-150 Aperio CS2. The Leica GT450 images (151-200)
-are unlabelled in MIDOG 2021 and are rejected. TUPAC16 is one domain.
+**Domains.** One per MIDOG 2021 scanner (by image number; the unlabelled Leica
+GT450 images are rejected) and one for TUPAC16: :mod:`.amibr_annotations`, which
+reads and checks the table.
 
 **Images.** Each image is the file named in ``slide``, looked up in the ``midog``
 or ``tupac`` folder, first directly and then anywhere below it. MIDOG 2021 files
@@ -54,8 +54,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,182 +63,24 @@ from fedpath.config import ConfigError
 from fedpath.errors import DataError
 from fedpath.utils.io import atomic_write_text
 from fedpath.wsi import stage_progress, write_png
+from fedpath.wsi.amibr_annotations import Figure, read_annotations
 from fedpath.wsi.amibr_params import (
-    DATASETS,
     DEFAULT_PAD,
     DEFAULT_SIZE,
     DOMAINS,
     LABELS,
     MANIFEST_FIELDS,
     MIDOG,
-    MIDOG21_DOMAINS,
-    MIDOG21_UNLABELLED,
     MIN_SIZE,
     PAD_FILLS,
-    REQUIRED_COLUMNS,
     TUPAC,
-    TUPAC16_DOMAIN,
 )
 from fedpath.wsi.slide import open_slide
 from fedpath.wsi.slide_base import Slide
 
-__all__ = [
-    "AmiBrReport",
-    "Figure",
-    "build_amibr",
-    "crop_figure",
-    "midog21_domain",
-    "read_annotations",
-]
+__all__ = ["AmiBrReport", "build_amibr", "crop_figure"]
 
 _OPTION = {MIDOG: "--midog", TUPAC: "--tupac"}
-_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_TRUE, _FALSE = ("true", "1"), ("false", "0")
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One row of the AMi-Br table (``line``: its line in the CSV file)."""
-
-    line: int
-    slide: str
-    dataset: str
-    uid: str
-    x: int
-    y: int
-    atypical: bool
-    domain: str
-
-    @property
-    def label(self) -> str:
-        return LABELS[int(self.atypical)]
-
-    @property
-    def path(self) -> str:
-        """The crop's path relative to the output folder."""
-        return f"patches/{self.label}/{self.dataset}_{self.uid}.png"
-
-
-def midog21_domain(slide: str) -> str:
-    """The scanner domain of a MIDOG 2021 image from its number (``002.tiff``)."""
-    stem = Path(slide).stem
-    if not stem.isdigit():
-        raise DataError(
-            f"MIDOG21 slide {slide!r}: expected a MIDOG 2021 image name like "
-            "'001.tiff' (its number gives the scanner)"
-        )
-    n = int(stem)
-    for lo, hi, domain in MIDOG21_DOMAINS:
-        if lo <= n <= hi:
-            return domain
-    lo, hi = MIDOG21_UNLABELLED
-    if lo <= n <= hi:
-        raise DataError(
-            f"MIDOG21 slide {slide!r} is a Leica GT450 image ({lo:03d}-{hi:03d}), "
-            "which MIDOG 2021 leaves unlabelled; AMi-Br has no domain for it"
-        )
-    raise DataError(
-        f"MIDOG21 slide {slide!r}: number {n} is outside MIDOG 2021's 001-{hi:03d}"
-    )
-
-
-def _value(row: dict[str, str | None], col: str) -> str:
-    v = row.get(col)
-    if v is None or not v.strip():
-        raise DataError(f"column {col!r} is empty")
-    return v.strip()
-
-
-def _coord(row: dict[str, str | None], col: str) -> int:
-    text = _value(row, col)
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not math.isfinite(v) or v < 0:
-        raise DataError(f"column {col!r} is {text!r}; expected a pixel coordinate >= 0")
-    return math.floor(v)
-
-
-def _figure(row: dict[str, str | None], line: int) -> Figure:
-    dataset = _value(row, "dataset")
-    if dataset not in DATASETS:
-        raise DataError(
-            f"column 'dataset' is {dataset!r}; expected {' or '.join(DATASETS)}"
-        )
-    slide = _value(row, "slide")
-    uid = _value(row, "uid")
-    if not _UID.fullmatch(uid):
-        raise DataError(
-            f"column 'uid' is {uid!r}; expected an id of letters, digits, '_', "
-            "'.' or '-' (it names the crop file)"
-        )
-    flag = _value(row, "majority_atypical")
-    if flag.lower() not in (*_TRUE, *_FALSE):
-        raise DataError(
-            f"column 'majority_atypical' is {flag!r}; expected True or False"
-        )
-    return Figure(
-        line=line,
-        slide=slide,
-        dataset=dataset,
-        uid=uid,
-        x=_coord(row, "x"),
-        y=_coord(row, "y"),
-        atypical=flag.lower() in _TRUE,
-        domain=midog21_domain(slide) if dataset == MIDOG else TUPAC16_DOMAIN,
-    )
-
-
-def read_annotations(path: str | Path, bad: list[str] | None = None) -> list[Figure]:
-    """The figures of an AMi-Br table, every row checked.
-
-    A missing column raises :class:`DataError`. A bad row raises it too, naming
-    the file, the line and the column, unless ``bad`` is a list: then the row's
-    message is appended to it and the row is skipped. Two rows with one
-    ``(dataset, uid)`` (they would write the same crop) count as a bad row.
-    """
-    p = Path(path)
-    where = f"annotations {str(p)!r}"
-    try:
-        fh = p.open(newline="", encoding="utf-8-sig")
-    except OSError as err:
-        raise DataError(f"{where}: cannot read it ({err.strerror or err})") from None
-    figures: list[Figure] = []
-    seen: dict[tuple[str, str], int] = {}
-    with fh:
-        reader = csv.DictReader(fh)
-        try:
-            header = list(reader.fieldnames or [])
-            missing = [c for c in REQUIRED_COLUMNS if c not in header]
-            if missing:
-                raise DataError(
-                    f"{where}: missing column(s) {', '.join(map(repr, missing))}; "
-                    f"expected the AMi-Br table with columns "
-                    f"{', '.join(REQUIRED_COLUMNS)} (found: "
-                    f"{', '.join(map(repr, header)) or 'no header line'})"
-                )
-            for row in reader:
-                line = reader.line_num
-                try:
-                    fig = _figure(row, line)
-                    key = (fig.dataset, fig.uid)
-                    if key in seen:
-                        raise DataError(
-                            f"{fig.dataset} uid {fig.uid} is also on line "
-                            f"{seen[key]}; each (dataset, uid) names one crop"
-                        )
-                    seen[key] = line
-                    figures.append(fig)
-                except DataError as err:
-                    if bad is None:
-                        raise DataError(f"{where} line {line}: {err}") from None
-                    bad.append(f"{where} line {line}: {err}")
-        except (csv.Error, UnicodeDecodeError) as err:
-            raise DataError(
-                f"{where} line {reader.line_num}: not a readable CSV table ({err})"
-            ) from None
-    return figures
 
 
 class _Finder:

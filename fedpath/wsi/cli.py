@@ -1,9 +1,10 @@
 """``fedpath tile | features | mvmidog | amibr``: the slide preprocessing stages.
 
-:func:`register` adds the four subcommands to the main parser's subparsers and
-:func:`run` dispatches a parsed namespace to them. Bad input raises
-:class:`~fedpath.errors.DataError` or :class:`~fedpath.config.ConfigError`,
-which ``fedpath``'s ``main`` turns into an ``error:`` line and exit code 2.
+``register_<stage>`` adds one subcommand's parser (:data:`fedpath.cli.COMMANDS`
+names them; :func:`register` adds all four) and :func:`run` runs any of them.
+Bad input raises :class:`~fedpath.errors.DataError` or
+:class:`~fedpath.config.ConfigError`, which ``fedpath``'s ``main`` turns into an
+``error:`` line and exit code 2.
 
 Importing this module loads neither PyTorch nor a slide reader (``fedpath --help``
 imports it to register the subcommands): each handler imports the stage it runs.
@@ -24,13 +25,8 @@ from rich.console import Console
 
 from fedpath.config import ConfigError
 from fedpath.errors import DataError
-from fedpath.utils.cli_args import add_quiet, is_quiet
-from fedpath.wsi.amibr_params import (
-    DEFAULT_PAD,
-    DEFAULT_SIZE,
-    MIN_SIZE,
-    PAD_FILLS,
-)
+from fedpath.utils.cli_args import SubParsers, add_quiet, is_quiet
+from fedpath.wsi.amibr_params import DEFAULT_PAD, DEFAULT_SIZE, MIN_SIZE, PAD_FILLS
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -39,7 +35,7 @@ Handler = Callable[[argparse.Namespace, bool], int]
 T = TypeVar("T", bound="DataclassInstance")
 
 
-def _common(p: argparse.ArgumentParser, handler: Handler) -> None:
+def _common(p: argparse.ArgumentParser) -> None:
     add_quiet(
         p,
         "no progress bar (also FEDPATH_QUIET=1); the summary and skipped inputs "
@@ -51,14 +47,10 @@ def _common(p: argparse.ArgumentParser, handler: Handler) -> None:
         help="skip unreadable slides and bad annotations, count and report them "
         "(default: stop at the first, naming it)",
     )
-    p.set_defaults(wsi_handler=handler)
 
 
 def _slide_stage(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    name: str,
-    summary: str,
-    description: str,
+    sub: SubParsers, name: str, summary: str, description: str
 ) -> argparse.ArgumentParser:
     """A subcommand run over slide files or folders, writing into ``--out``."""
     p = sub.add_parser(name, help=summary, description=description)
@@ -67,8 +59,16 @@ def _slide_stage(
     return p
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: SubParsers) -> None:
     """Add the ``tile``, ``features``, ``mvmidog`` and ``amibr`` subcommands."""
+    register_tile(sub)
+    register_features(sub)
+    register_mvmidog(sub)
+    register_amibr(sub)
+
+
+def register_tile(sub: SubParsers) -> None:
+    """Add ``tile`` to ``sub``."""
     tile = _slide_stage(
         sub,
         "tile",
@@ -110,8 +110,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "default 4)",
     )
     tile.add_argument("--no-masks", action="store_true", help="do not save masks")
-    _common(tile, _cmd_tile)
+    _common(tile)
 
+
+def register_features(sub: SubParsers) -> None:
+    """Add ``features`` to ``sub``."""
     feat = _slide_stage(
         sub,
         "features",
@@ -145,8 +148,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     feat.add_argument(
         "--save-pt", action="store_true", help="also write pt_files/<id>.pt"
     )
-    _common(feat, _cmd_features)
+    _common(feat)
 
+
+def register_mvmidog(sub: SubParsers) -> None:
+    """Add ``mvmidog`` to ``sub``."""
     mid = sub.add_parser(
         "mvmidog",
         help="MIDOG slides + annotation JSON -> MvMidog patches and manifest",
@@ -195,8 +201,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mid.add_argument("--white-level", type=int, default=220)
     mid.add_argument("--min-edge", type=float, default=2.0)
     mid.add_argument("--min-saturation-std", type=float, default=4.0)
-    _common(mid, _cmd_mvmidog)
+    _common(mid)
 
+
+def register_amibr(sub: SubParsers) -> None:
+    """Add ``amibr`` to ``sub``."""
     ami = sub.add_parser(
         "amibr",
         help="AMi-Br table + MIDOG 2021 / TUPAC16 images -> normal/atypical "
@@ -239,12 +248,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="fill of crop pixels outside the image (default black, as PIL's crop "
         "and the crops of fedpath's published AMi-Br results)",
     )
-    _common(ami, _cmd_amibr)
+    _common(ami)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand ``args`` was parsed for; 0 on success."""
-    handler: Handler | None = getattr(args, "wsi_handler", None)
+    handler = _HANDLERS.get(getattr(args, "command", None) or "")
     if handler is None:
         raise ConfigError("not a slide subcommand (tile, features, mvmidog, amibr)")
     return handler(args, is_quiet(args))
@@ -378,3 +387,12 @@ def _cmd_amibr(args: argparse.Namespace, quiet: bool) -> int:
     )
     _report(report.summary())
     return 0
+
+
+#: Each subcommand's handler, by name (:func:`run`).
+_HANDLERS: dict[str, Handler] = {
+    "tile": _cmd_tile,
+    "features": _cmd_features,
+    "mvmidog": _cmd_mvmidog,
+    "amibr": _cmd_amibr,
+}

@@ -99,11 +99,66 @@ def build_slide(
     bad: list[str] | None,
 ) -> SlideOutcome:
     """Crop, filter and write the patches of one slide (see the module docstring)."""
-    res = SlideOutcome()
-    w, h = slide.dimensions
     rel_dir = Path("patches") / entry.domain / Path(entry.file_name).stem
     (out_dir / rel_dir).mkdir(parents=True, exist_ok=True)
-    s = p.patch_size
+    writer = _PatchWriter(entry, out_dir, rel_dir, p)
+    figures = _figures_inside(entry, slide, bad)
+    _write_figures(writer, figures, slide, p)
+    _write_negatives(writer, figures, slide, p)
+    return writer.res
+
+
+@dataclass
+class _PatchWriter:
+    """Writes the crops of one slide that pass the quality filter, with their
+    manifest rows, into ``res``; counts the rejected ones per reason."""
+
+    entry: SlideEntry
+    out_dir: Path
+    rel_dir: Path
+    p: MvMidogParams
+    res: SlideOutcome = field(default_factory=SlideOutcome)
+
+    def emit(
+        self,
+        crop: np.ndarray,
+        label: str,
+        kind: str,
+        name: str,
+        xy: tuple[int, int],
+        ann: int,
+    ) -> bool:
+        """Write ``crop`` as ``name`` if it passes the filter; True if written."""
+        reason = reject_reason(crop, self.p.quality)
+        if reason is not None:
+            self.res.add(f"rejected_{label}_{reason}")
+            return False
+        write_png(self.out_dir / self.rel_dir / name, crop)
+        self.res.rows.append(
+            {
+                "path": str(self.rel_dir / name),
+                "label": label,
+                "domain": self.entry.domain,
+                "slide": self.entry.file_name,
+                "kind": kind,
+                "x": xy[0],
+                "y": xy[1],
+                "annotation": ann,
+            }
+        )
+        self.res.add("positives" if label == POSITIVE else "negatives")
+        return True
+
+
+def _figures_inside(
+    entry: SlideEntry, slide: Slide, bad: list[str] | None
+) -> list[Figure]:
+    """The slide's figures whose centre lies on it, boxes clipped to the slide.
+
+    A figure whose centre is off the slide raises :class:`DataError`, or with
+    ``bad`` a list, is listed there and left out.
+    """
+    w, h = slide.dimensions
     figures: list[Figure] = []
     for f in entry.figures:
         cx, cy = (f.box[0] + f.box[2]) / 2, (f.box[1] + f.box[3]) / 2
@@ -123,82 +178,70 @@ def build_slide(
         if bad is None:
             raise DataError(f"{msg}; pass skip_bad to skip and count such entries")
         bad.append(msg)
+    return figures
 
-    def emit(
-        crop: np.ndarray,
-        label: str,
-        kind: str,
-        name: str,
-        xy: tuple[int, int],
-        ann: int,
-    ) -> bool:
-        reason = reject_reason(crop, p.quality)
-        if reason is not None:
-            res.add(f"rejected_{label}_{reason}")
-            return False
-        write_png(out_dir / rel_dir / name, crop)
-        res.rows.append(
-            {
-                "path": str(rel_dir / name),
-                "label": label,
-                "domain": entry.domain,
-                "slide": entry.file_name,
-                "kind": kind,
-                "x": xy[0],
-                "y": xy[1],
-                "annotation": ann,
-            }
-        )
-        res.add("positives" if label == POSITIVE else "negatives")
-        return True
 
+def _write_figures(
+    writer: _PatchWriter, figures: list[Figure], slide: Slide, p: MvMidogParams
+) -> None:
+    """A crop of each mitotic figure (and imposter, if they are negatives)."""
+    w, h = slide.dimensions
+    s = p.patch_size
     crops_of = [f for f in figures if f.mitotic or p.imposters_as_negatives]
     for f in crops_of:
         stream = 0 if f.mitotic else 1  # imposters never shift the positives' draws
-        rng = np.random.default_rng([p.seed, entry.image_id, stream, f.index])
+        rng = np.random.default_rng([p.seed, writer.entry.image_id, stream, f.index])
         x, y, anchored = place_positive(
             f.box, (w, h), s, p.max_offset, p.border_attempts, rng
         )
-        res.add("anchored", int(anchored))
+        writer.res.add("anchored", int(anchored))
         crop = slide.read_region(x, y, 0, s, s, pad=w < s or h < s)
         label, kind = (
             (POSITIVE, "mitotic_figure") if f.mitotic else (NEGATIVE, "imposter")
         )
-        emit(crop, label, kind, f"{kind}_a{f.index}.png", (x, y), f.index)
+        writer.emit(crop, label, kind, f"{kind}_a{f.index}.png", (x, y), f.index)
 
+
+def _write_negatives(
+    writer: _PatchWriter, figures: list[Figure], slide: Slide, p: MvMidogParams
+) -> None:
+    """Random tissue crops away from the figures, as many as asked (or as
+    positives); the shortfall after ``max_tries`` draws each is counted."""
+    w, h = slide.dimensions
+    s = p.patch_size
     n_pos = sum(f.mitotic for f in figures)
     wanted = n_pos if p.negatives_per_slide is None else p.negatives_per_slide
-    if wanted and w >= s and h >= s:
-        avoid = np.array(
-            [f.box for f in figures if f.mitotic or not p.imposters_as_negatives],
-            dtype=np.float64,
-        ).reshape(-1, 4)
-        tissue = TissueMap.from_slide(slide, p.mask_size)
-        cells = np.flatnonzero(tissue.mask)
-        rng = np.random.default_rng([p.seed, entry.image_id, 2])
-        got = 0
-        for _ in range(wanted * p.max_tries):
-            if got == wanted:
-                break
-            if len(cells):  # a random point of a random tissue cell of the mask
-                cy, cx = np.divmod(int(rng.choice(cells)), tissue.mask.shape[1])
-                px, py = (
-                    (cx + rng.random()) * tissue.sx,
-                    (cy + rng.random()) * tissue.sy,
-                )
-            else:  # no tissue detected: sample anywhere, the filter decides
-                px, py = rng.random() * w, rng.random() * h
-            x = int(np.clip(round(px - s / 2), 0, w - s))
-            y = int(np.clip(round(py - s / 2), 0, h - s))
-            if not _far_from(x, y, s, avoid, p.margin):
-                continue
-            if (
-                len(cells)
-                and tissue.fraction(np.array([[x, y]]), s, s)[0] < p.tissue_threshold
-            ):
-                continue
-            crop = slide.read_region(x, y, 0, s, s)
-            if emit(crop, NEGATIVE, "random", f"random_{got:04d}.png", (x, y), -1):
-                got += 1
-        res.add("negatives_short", wanted - got)
-    return res
+    if not (wanted and w >= s and h >= s):
+        return
+    avoid = np.array(
+        [f.box for f in figures if f.mitotic or not p.imposters_as_negatives],
+        dtype=np.float64,
+    ).reshape(-1, 4)
+    tissue = TissueMap.from_slide(slide, p.mask_size)
+    cells = np.flatnonzero(tissue.mask)
+    rng = np.random.default_rng([p.seed, writer.entry.image_id, 2])
+    got = 0
+    for _ in range(wanted * p.max_tries):
+        if got == wanted:
+            break
+        if len(cells):  # a random point of a random tissue cell of the mask
+            cy, cx = np.divmod(int(rng.choice(cells)), tissue.mask.shape[1])
+            px, py = (
+                (cx + rng.random()) * tissue.sx,
+                (cy + rng.random()) * tissue.sy,
+            )
+        else:  # no tissue detected: sample anywhere, the filter decides
+            px, py = rng.random() * w, rng.random() * h
+        x = int(np.clip(round(px - s / 2), 0, w - s))
+        y = int(np.clip(round(py - s / 2), 0, h - s))
+        if not _far_from(x, y, s, avoid, p.margin):
+            continue
+        if (
+            len(cells)
+            and tissue.fraction(np.array([[x, y]]), s, s)[0] < p.tissue_threshold
+        ):
+            continue
+        crop = slide.read_region(x, y, 0, s, s)
+        if writer.emit(crop, NEGATIVE, "random", f"random_{got:04d}.png", (x, y), -1):
+            got += 1
+    writer.res.add("negatives_short", wanted - got)

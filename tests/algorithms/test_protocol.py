@@ -28,6 +28,7 @@ from fedpath.config import load_config
 from fedpath.runtime.experiment import run_experiment
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.types import ClientState, Payload, Scalar
+from fedpath.wire import Wire
 from tests.conftest import tiny_overrides
 
 SEEN: dict[str, Any] = {}
@@ -111,7 +112,8 @@ class ToyServer(ServerAlgorithm):
 
 @pytest.fixture
 def toy() -> Iterator[str]:
-    register_algorithm("toy_protocol", ToyClient, ToyServer)
+    wire = Wire("per-image channel means", {"stats": "statistics", "fit": "weights"})
+    register_algorithm("toy_protocol", ToyClient, ToyServer, wire=wire)
     SEEN.clear()
     yield "toy_protocol"
     ALGORITHMS.unregister("toy_protocol")

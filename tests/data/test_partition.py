@@ -1,10 +1,12 @@
+"""Client partitions and leave-one-domain-out plans (fedpath.data.partition)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from fedpath.config import ConfigError, PartitionConfig
-from fedpath.data.base import DataError, DomainDataset, TensorStore, assign_test_split
+from fedpath.data.base import DataError
 from fedpath.data.partition import (
     ClientData,
     dirichlet_partition,
@@ -12,6 +14,7 @@ from fedpath.data.partition import (
     lodo_plan,
     make_clients,
 )
+from tests.data.helpers import toy_dataset
 
 
 def labels_of(n: int = 400, classes: int = 3, seed: int = 0) -> np.ndarray:
@@ -67,32 +70,6 @@ def test_partition_bad_input() -> None:
         dirichlet_partition(np.zeros(3, int), 4, 1.0, np.random.default_rng(0))
 
 
-def toy_dataset(
-    per_domain: int = 20, domains: int = 3, slides_per_domain: int = 5
-) -> DomainDataset:
-    import torch
-
-    n = per_domain * domains
-    images = torch.zeros(n, 3, 16, 16, dtype=torch.uint8)
-    dom = np.repeat([f"d{i}" for i in range(domains)], per_domain)
-    slides = np.array([f"{d}/s{i % slides_per_domain}" for i, d in enumerate(dom)])
-    y = np.arange(n) % 2
-    is_test = assign_test_split(dom, slides, 0.3, seed=0)
-    return DomainDataset(
-        "toy", TensorStore(images), ["a", "b"], y, dom, slides, is_test
-    )
-
-
-def test_test_split_is_by_slide_and_per_domain() -> None:
-    ds = toy_dataset()
-    for d in ds.domains:
-        train, test = ds.split(d, "train"), ds.split(d, "test")
-        assert len(train) + len(test) == len(ds.split(d, "all")) == 20
-        assert len(test) > 0 and len(train) > 0
-        assert not set(train.slides) & set(test.slides)
-        assert set(train.domains) == {d}
-
-
 def test_lodo_plans() -> None:
     ds = toy_dataset()
     plan = lodo_plan(ds)
@@ -127,24 +104,6 @@ def test_domain_with_fewer_samples_than_clients() -> None:
         "partition.clients_per_domain=5",
     ):
         make_clients(ds, ["d0"], PartitionConfig(5, 0.5), seed=0)
-
-
-def test_dataset_validates_metadata() -> None:
-    import torch
-
-    with pytest.raises(DataError, match="labels has 2 entries but the store holds 3"):
-        DomainDataset(
-            "bad",
-            TensorStore(torch.zeros(3, 3, 8, 8, dtype=torch.uint8)),
-            ["a"],
-            np.zeros(2, int),
-            np.zeros(3),
-            np.zeros(3),
-            np.zeros(3),
-        )
-    ds = toy_dataset()
-    with pytest.raises(DataError, match="no domain 'zz'; domains: d0, d1, d2"):
-        ds.split("zz")
 
 
 def validation_slides(clients: list[ClientData], domain: str = "") -> set[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
@@ -25,8 +24,8 @@ pytest.importorskip("flwr")
 
 from flwr.app import Context, RecordDict
 
-from fedpath.deploy import node, processes, worker, worker_protocol
-from fedpath.runtime.flower import RC_CONFIG
+from fedpath.deploy import processes, worker
+from fedpath.runtime.flower import RC_CONFIG, worker_protocol
 from fedpath.runtime.flower.client_app import app as client_app
 from fedpath.types import Payload
 from tests.runtime.test_flower_loopback import (
@@ -148,61 +147,6 @@ def test_the_socket_is_private_and_needs_the_key(socket: Path) -> None:
     assert worker_protocol.ping(socket) > 0  # still serving
 
 
-def test_poll_interval_caps_the_supernodes_idle_wait(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from flwr.supernode import start_client_internal as sci
-
-    monkeypatch.setattr(sci, "time", time)  # restored after the test
-    assert node.patch_poll_interval(0.05)
-    t0 = time.perf_counter()
-    sci.time.sleep(node.FLOWER_POLL_S)  # what the idle SuperNode calls
-    assert time.perf_counter() - t0 < 1.0
-    assert sci.time.monotonic is time.monotonic  # everything else is time's
-    assert not node.patch_poll_interval(0.05)  # applied once; not twice
-
-
-def test_supernode_command_with_and_without_worker(tmp_path: Path) -> None:
-    plain = processes.supernode_command(
-        "127.0.0.1:9", 9094, {"client-id": "h/c0"}, poll_interval=None
-    )
-    assert Path(plain[0]).name == "flower-supernode"
-    sock = processes.worker_socket(9094)
-    cmd = processes.supernode_command(
-        "127.0.0.1:9", 9094, {"client-id": "h/c0"}, worker=sock
-    )
-    split = cmd.index("--")
-    assert cmd[1:3] == ["-m", "fedpath.deploy.node"]
-    assert cmd[cmd.index("--socket") + 1] == str(sock)
-    assert cmd[cmd.index("--poll-interval") + 1] == str(processes.POLL_INTERVAL)
-    assert cmd[split + 1 :] == [
-        *plain[1:6],
-        f'client-id="h/c0" worker="{sock}"',
-        *plain[7:],
-    ]
-    assert len(str(sock)) < 100
-
-
-@pytest.mark.slow
-def test_the_node_restarts_a_worker_that_dies(tmp_path: Path) -> None:
-    sock = processes.worker_socket(processes.free_port())
-    sup = node.WorkerSupervisor(sock, tmp_path / "worker.log").start()
-    try:
-        assert sup.wait_ready(120), (tmp_path / "worker.log").read_text()
-        assert sup.proc is not None
-        first = sup.proc.pid
-        sup.proc.kill()  # e.g. the kernel's out-of-memory killer
-        deadline = time.monotonic() + 60
-        while sup.restarts == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert sup.restarts == 1
-        assert sup.wait_ready(120), (tmp_path / "worker.log").read_text()
-        assert worker_protocol.ping(sock) not in (first, 0)
-    finally:
-        sup.stop()
-    assert sup.proc is not None and sup.proc.poll() is not None
-
-
 def test_a_failed_stage_leaves_the_node_state_alone(socket: Path) -> None:
     """Only a stage that succeeded replaces ``context.state`` (FedBN: test above)."""
     from flwr.app import Array, ArrayRecord
@@ -295,12 +239,3 @@ def test_a_silent_connection_does_not_block_the_worker() -> None:
     # stopping removes the socket and its key
     assert not sock.exists() and not worker_protocol.key_path(sock).exists()
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def test_default_socket_is_in_the_users_runtime_dir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert processes.worker_socket(9094) == tmp_path / "fedpath" / "node-9094.sock"
-    monkeypatch.delenv("XDG_RUNTIME_DIR")
-    assert processes.worker_socket(9094).parent.name.startswith("fedpath-")

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from fedpath.artifact import MAGIC, ModelMeta, load_model, read_model_file, save_model
+from fedpath.artifact import ModelMeta, load_model, read_model_file, save_model
 from fedpath.config import ConfigError, ModelConfig, load_config
+from fedpath.model_file import MAGIC
 from fedpath.models import efficientnet_lite as lite
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params

@@ -10,9 +10,9 @@ import pytest
 
 from fedpath.cli import main
 from fedpath.config import load_config
-from fedpath.deploy.policy import PolicyError
 from fedpath.runtime.audit import audit
 from fedpath.runtime.experiment import run_dir_for, run_experiment
+from fedpath.runtime.rules import PolicyError
 from fedpath.types import Payload
 from tests.conftest import tiny_overrides
 

@@ -23,7 +23,7 @@ from fedpath.runtime.experiment import (
 )
 from fedpath.runtime.inprocess import InProcessRun
 from tests.conftest import tiny_overrides
-from tests.test_report import _cells
+from tests.report.test_build import _cells
 
 SWA = [
     "lodo.targets=[hospital_2]",
@@ -102,9 +102,9 @@ def test_averaged_block_scores_the_mean_of_rounds_2_to_4(tmp_path: Path) -> None
         np.testing.assert_allclose(exported[k].numpy(), v, rtol=1e-5, atol=1e-7)
     assert any(not np.allclose(seen[-1][k], mean[k]) for k in mean)
     # its target metrics are those of the mean, and differ from the last round's
-    run._load_eval_weights(mean)
-    target = run.eval_splits[("target", "hospital_2")]
-    expected = run.task.evaluate(run.eval_model, target)
+    run.evaluator.model.load(mean)
+    target = run.evaluator.splits[("target", "hospital_2")]
+    expected = run.task.evaluate(run.evaluator.model.module, target)
     assert block["target"]["accuracy"] == pytest.approx(expected["accuracy"])
     assert block["target"]["auroc"] == pytest.approx(expected["auroc"])
     assert block["target"] != record["evaluation"]["target"]

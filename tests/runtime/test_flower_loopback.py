@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
@@ -48,9 +47,7 @@ from fedpath.runtime.flower import (
     META,
     PROTOCOL,
     RC_CONFIG,
-    RC_ON_FAILURE,
     RC_REPLY_TIMEOUT,
-    RC_RESUME,
     RC_WAIT_NODES,
 )
 from fedpath.runtime.flower.client_app import app as client_app
@@ -380,65 +377,6 @@ def stage_message(cfg: ExperimentConfig, payload: Payload, **header: Any) -> Mes
     return wire(msg)
 
 
-@pytest.mark.parametrize(
-    ("node_config", "header", "payload", "expected"),
-    [
-        ({"data-name": "manifest", "data-root": "/no/such/dir"}, {}, None, "no/such"),
-        ({"data-params": "{image_size: [32"}, {}, None, "bad YAML"),
-        ({"data-params": "[1, 2]"}, {}, None, "expected a YAML mapping"),
-        ({}, {"classes": ["benign", "malignant"]}, None, "classes ['normal', 'tum"),
-        ({}, {}, {"conv1.weight": np.zeros((3, 3))}, "entries the model lacks"),
-        ({}, {}, "wrong-shape", "size mismatch"),
-        ({}, {"client": "hospital_1/c0"}, None, "the message is for hospital_1/c0"),
-        ({}, {"protocol": 99}, None, "coordinator speaks protocol 99"),
-        ({}, {"stage": "distill"}, None, "has no stage 'distill'"),
-    ],
-)
-def test_bad_input_on_a_node_is_an_error_reply_naming_it(
-    tmp_path: Path,
-    task_identity: None,
-    node_config: dict[str, Any],
-    header: dict[str, Any],
-    payload: Any,
-    expected: str,
-) -> None:
-    import fedpath.models.backbones as backbones
-    from fedpath.config import ModelConfig
-
-    cfg = config(tmp_path)
-    model = backbones.build_model(
-        ModelConfig("small_cnn", None, {"widths": [8, 16]}), 2
-    )
-    weights = {k: v.numpy() for k, v in model.state_dict().items()}
-    if payload == "wrong-shape":
-        name = next(k for k, v in weights.items() if v.ndim == 4)
-        weights[name] = np.zeros((1, *weights[name].shape[1:]), np.float32)
-    elif payload is not None:
-        weights = payload
-    msg = stage_message(cfg, Payload({"weights": weights}), **header)
-    context = Context(
-        1, 7, {"client-id": "hospital_0/c0", **node_config}, RecordDict(), {}
-    )
-    context.run_config[RC_CONFIG] = cfg.to_yaml()
-    reply = client_app(msg, context)
-    assert reply.has_error()
-    reason = reply.error.reason or ""
-    assert reason.startswith("client hospital_0/c0 (node 7): "), reason
-    assert expected in reason, reason
-
-
-def test_node_without_client_id_says_so(task_identity: None) -> None:
-    hello = Message(
-        RecordDict({META: ConfigRecord({"protocol": PROTOCOL})}),
-        dst_node_id=9,
-        message_type="query.hello",
-    )
-    hello.metadata.__dict__["_message_id"] = hello.object_id
-    reply = client_app(wire(hello), Context(1, 9, {}, RecordDict(), {}))
-    assert reply.has_error()
-    assert "node 9: node config has no 'client-id'" in (reply.error.reason or "")
-
-
 DP = {"dp-clipping-norm": 1.0, "dp-epsilon": 5.0, "dp-delta": 1e-5}
 
 
@@ -470,44 +408,6 @@ def test_local_dp_refuses_multi_group_payloads(
         "LocalDpMod expects exactly one ArrayRecord, but found 2"
         in (failures[0]["reason"])
     )
-
-
-def test_node_data_config_keeps_the_runs_params_for_the_same_dataset(
-    tmp_path: Path,
-) -> None:
-    from fedpath.runtime.flower.client_app import node_experiment
-
-    cfg = config(tmp_path, "data.params.image_size=24")
-
-    def node(**nc: Any) -> ExperimentConfig:
-        ctx = Context(1, 7, {"client-id": "h/c0", **nc}, RecordDict(), {})
-        ctx.run_config[RC_CONFIG] = cfg.to_yaml()
-        return node_experiment(ctx)
-
-    same = node(**{"data-name": cfg.data.name, "data-root": "/srv/x", "threads": 3})
-    assert same.data.params == cfg.data.params and same.data.root == "/srv/x"
-    assert same.runtime.threads == 3
-    other = node(**{"data-name": "manifest"})  # another dataset: its own defaults
-    assert other.data.name == "manifest" and other.data.params != cfg.data.params
-    # the coordinator does not choose where a node writes its feature cache
-    steered = config(tmp_path, "runtime.feature_cache=/coordinator/says")
-    ctx = Context(1, 7, {"client-id": "h/c0", "state-dir": "/var/h"}, RecordDict(), {})
-    ctx.run_config[RC_CONFIG] = steered.to_yaml()
-    assert node_experiment(ctx).runtime.feature_cache == "/var/h/feature_cache"
-    assert node().runtime.feature_cache.endswith("fedpath/features")
-
-
-def test_settings_are_checked() -> None:
-    from fedpath.config import ConfigError
-
-    with pytest.raises(ConfigError, match="'on-failure'"):
-        FlowerSettings.from_run_config({RC_ON_FAILURE: "retry"})
-    with pytest.raises(ConfigError, match="'reply-timeout': expected > 0"):
-        FlowerSettings.from_run_config({RC_REPLY_TIMEOUT: 0})
-    s = FlowerSettings.from_run_config(
-        {RC_RESUME: True, RC_WAIT_NODES: 5, RC_REPLY_TIMEOUT: 1.5}
-    )
-    assert s.resume and s.wait_nodes == 5.0 and s.reply_timeout == 1.5
 
 
 # --------------------------------------------------------------------------- slow

@@ -150,7 +150,7 @@ def test_resume_reproduces_uninterrupted_run(
     def crash_in_round_3(self: InProcessRun, rnd: int) -> dict:
         if rnd == 3:
             # half of round 3 happened (results appended), then the process dies
-            self._evaluate(rnd)
+            self.evaluate(rnd)
             raise KeyboardInterrupt
         return original(self, rnd)
 
@@ -171,22 +171,6 @@ def test_resume_reproduces_uninterrupted_run(
         again[0]["evaluation"]
         == json.loads((crash_dir / "final.json").read_text())["evaluation"]
     )
-
-
-def test_resume_refuses_a_different_config(tmp_path: Path) -> None:
-    from fedpath.runtime.inprocess import ResumeError
-
-    cfg = load_config(
-        None,
-        tiny_overrides(
-            tmp_path, "lodo.targets=[hospital_1]", "runtime.export_model=false"
-        ),
-    )
-    run_experiment(cfg)
-    (run_dir_for(cfg, "hospital_1", 0) / "final.json").unlink()
-    other = cfg.replace(**{"train.lr": 0.5})
-    with pytest.raises(ResumeError, match="different config"):
-        run_experiment(other, resume=True)
 
 
 class Spy:
@@ -275,16 +259,6 @@ def test_fedprox_mu_zero_equals_fedavg_and_large_mu_stays_close(tmp_path: Path) 
     assert all(np.array_equal(avg[k], prox0[k]) for k in avg)
     _, d_prox = client_drift("algorithm.name=fedprox", "algorithm.params.mu=5", *sgd)
     assert d_prox < 0.8 * d_avg
-
-
-def test_client_sampling(tmp_path: Path) -> None:
-    run = one_run(tmp_path, "train.clients_per_round=2")
-    picks = [tuple(run.sample_clients(r)) for r in range(1, 6)]
-    assert all(len(p) == 2 and len(set(p)) == 2 for p in picks)
-    assert len(set(picks)) > 1  # different clients in different rounds
-    assert picks == [tuple(run.sample_clients(r)) for r in range(1, 6)]
-    frac = one_run(tmp_path / "f", "train.client_fraction=0.5")
-    assert len(frac.sample_clients(1)) == 2  # 4 clients x 0.5
 
 
 def test_lr_schedules() -> None:
@@ -450,7 +424,7 @@ def test_resume_with_selection_equals_the_uninterrupted_run(
 
     def crash_in_round_3(self: InProcessRun, rnd: int) -> dict:
         if rnd == 3:
-            self._evaluate(rnd)  # records (and a new best) of a round never saved
+            self.evaluate(rnd)  # records (and a new best) of a round never saved
             raise KeyboardInterrupt
         return original(self, rnd)
 

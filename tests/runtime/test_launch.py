@@ -19,14 +19,7 @@ from fedpath.config import ConfigError, load_config
 from fedpath.runtime import cells as cells_mod
 from fedpath.runtime import launch
 from fedpath.runtime.cells import LOCK, Cell, CellLocks, LockError, cell_status
-from fedpath.runtime.launch import (
-    CellResult,
-    CellView,
-    LaunchOptions,
-    LineView,
-    launch_options,
-    oversubscription,
-)
+from fedpath.runtime.launch import LaunchOptions, launch_options, oversubscription
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -252,50 +245,3 @@ def test_more_jobs_than_cores_warns_with_the_factor(
     assert launch.cell_threads(Cell(1, pinned, "h", 0, tmp_path), LaunchOptions()) == 3
     # more jobs than cells: only as many workers as cells
     assert oversubscription(cells[:1], LaunchOptions("local", 16)) is None
-
-
-def test_the_view_counts_cells_and_times_rounds(tmp_path: Path) -> None:
-    now = [0.0]
-    cells = [_cell(tmp_path, i, rounds=4) for i in (1, 2, 3)]
-    view = CellView(cells, parallel=2, clock=lambda: now[0])
-    assert view.eta() is None and view.rounds_left == 12
-    view.event(("start", 1, 4, 0))
-    view.event(("start", 2, 4, 1))  # resumed after round 1: 1 round less to do
-    assert view.rounds_left == 11
-    now[0] = 10.0
-    view.event(("round", 1, 1))
-    view.event(("round", 2, 2))
-    # two rounds in 20 s: 10 s a round, 9 rounds left, 2 at a time
-    assert view.rounds_left == 9 and view.eta() == pytest.approx(45.0)
-    view.finished(CellResult(2, False, 1.0, "boom", "RuntimeError"))
-    assert view.rounds_left == 7 and view.counts().startswith(
-        "1/3 cells done (1 failed)"
-    )
-    view.event(("skip", 3))
-    assert view.rounds_left == 3
-
-
-def test_line_view_writes_starts_ends_and_throttled_rounds(tmp_path: Path) -> None:
-    import io
-
-    now = [0.0]
-    stream = io.StringIO()
-    cells = [_cell(tmp_path, i, rounds=3) for i in (1, 2)]
-    view = LineView(cells, 2, clock=lambda: now[0], stream=stream)
-    view.event(("start", 1, 3, 0))
-    now[0] = 1.0
-    view.event(("round", 1, 1))  # within 10 s of the last line: not written
-    now[0] = 12.0
-    view.event(("round", 1, 2))
-    view.event(("round", 1, 3))  # the cell's last round: always written
-    view.finished(CellResult(1, True, 12.0))
-    view.finished(CellResult(2, False, 0.5, "no data\nmore", "DataError"))
-    lines = stream.getvalue().splitlines()
-    body = [ln.split("] ", 1)[1] for ln in lines]
-    assert body[0] == "cell 1/2 fedavg -> hospital_0 (seed 0): started, 3 rounds"
-    assert [b.split(" | ")[0] for b in body[1:3]] == [
-        "cell 1/2 fedavg -> hospital_0 (seed 0): round 2/3",
-        "cell 1/2 fedavg -> hospital_0 (seed 0): round 3/3",
-    ]
-    assert body[3].startswith("cell 1/2 fedavg -> hospital_0 (seed 0): done in 12s")
-    assert "FAILED: DataError: no data | 2/2 cells done (1 failed)" in body[4]

@@ -30,12 +30,12 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 
 import fedpath.runtime.flower.secagg as secagg
 from fedpath.config import ConfigError, ExperimentConfig
-from fedpath.deploy.policy import NC_POLICY, NodePolicy, PolicyError
 from fedpath.runtime.experiment import run_dir_for
 from fedpath.runtime.flower import RC_CONFIG
 from fedpath.runtime.flower.client_app import app as client_app
 from fedpath.runtime.flower.nodes import FlowerSettings
 from fedpath.runtime.flower.server_app import run_federation
+from fedpath.runtime.rules import NC_POLICY, NodePolicy, PolicyError
 from fedpath.runtime.secagg import RC_MODE, SecAggSettings, error_bound
 from fedpath.types import Payload
 from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
@@ -284,7 +284,7 @@ def test_a_node_requiring_secagg_refuses_plain_runs_and_stages(tmp_path: Path) -
         reply.error.reason or ""
     )
     assert "in the clear" in (reply.error.reason or "")
-    from fedpath.deploy.policy import check_secure_aggregation
+    from fedpath.runtime.guard import check_secure_aggregation
 
     stain = config(tmp_path, "algorithm.name=fedstain")
     policy = NodePolicy(require_secure_aggregation=True)

@@ -17,12 +17,8 @@ import pytest
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.runtime.inprocess import InProcessRun
-from fedpath.runtime.tracking import (
-    MLFLOW_RUN,
-    TensorBoardTracker,
-    mlflow_store,
-    scalars,
-)
+from fedpath.runtime.tracking import TensorBoardTracker
+from fedpath.runtime.tracking_names import MLFLOW_RUN, mlflow_store, scalars
 from tests.conftest import tiny_overrides
 
 #: a {metric name: {round: value}} table
@@ -68,7 +64,7 @@ def crash_in_round_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def run_round(self: InProcessRun, rnd: int) -> dict[str, Any]:
         if rnd == 2:
-            self._evaluate(rnd)
+            self.evaluate(rnd)
             raise KeyboardInterrupt
         return original(self, rnd)
 

@@ -46,7 +46,7 @@ def test_cli_writes_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     cli.register(parser.add_subparsers(dest="command"))
     out = tmp_path / "fig" / "ssl.png"
     args = parser.parse_args(["plot-ssl", str(tmp_path / "runs"), "--out", str(out)])
-    assert args.ssl_handler(args) == 0
+    assert cli.handler(args) == 0
     assert out.is_file() and out.read_bytes()[:4] == b"\x89PNG"
     assert "fedad:" in capsys.readouterr().out
 

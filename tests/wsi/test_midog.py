@@ -18,9 +18,8 @@ from fedpath.data.manifest import read_manifest
 from fedpath.runtime.experiment import load_dataset
 from fedpath.wsi import cli as wsi_cli
 from fedpath.wsi.midog import MvMidogParams, build_mvmidog
-from fedpath.wsi.midog_patches import place_positive
-from fedpath.wsi.quality import QualityThresholds, reject_reason
-from tests.wsi.test_wsi import he_image, tissue_edge, write_slide
+from fedpath.wsi.quality import QualityThresholds
+from tests.wsi.helpers import he_image, tissue_edge, write_slide
 
 W, H = 1600, 1200
 # (centre, category, drawn): category 1 mitotic figure, 2 imposter
@@ -151,12 +150,6 @@ def test_quality_filter_rejects_blank_crops(
     _, report = built
     dom = report["domains"]["hamamatsu_xr"]
     assert dom["rejected_mitotic_figure_background"] == 1
-    white = np.full((128, 128, 3), 250, np.uint8)
-    assert reject_reason(white, QualityThresholds()) == "background"
-    flat = np.full((128, 128, 3), (200, 120, 180), np.uint8)
-    assert reject_reason(flat, QualityThresholds()) == "flat"
-    grey = (np.random.default_rng(0).random((128, 128, 1)) * 200).astype(np.uint8)
-    assert reject_reason(np.repeat(grey, 3, 2), QualityThresholds()) == "colourless"
 
 
 def test_build_is_deterministic_resumable_and_atomic(
@@ -236,21 +229,6 @@ def test_bad_input_names_file_and_entry_or_is_counted(
     assert all(b.startswith(f"{midog[0]}: image id ") for b in rep["bad"])
 
 
-def test_place_positive_edges() -> None:
-    rng = np.random.default_rng(0)
-    xs = {
-        place_positive((500, 500, 550, 550), (2000, 2000), 128, 32, 3, rng)
-        for _ in range(20)
-    }
-    assert len(xs) > 5 and not any(a for _, _, a in xs)
-    for x, _y, _ in xs:
-        assert x <= 500 and x + 128 >= 550 and abs(x + 64 - 525) <= 32
-    x, y, anchored = place_positive(
-        (1960, 1970, 2000, 2000), (2000, 2000), 128, 32, 3, rng
-    )
-    assert anchored and (x, y) == (1872, 1872)
-
-
 def test_cli_mvmidog(
     midog: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -292,13 +270,3 @@ def test_cli_defaults_are_the_builder_defaults(midog: tuple[Path, Path]) -> None
         assert args[name] == getattr(params, name), name
     for name in ("min_nonwhite", "white_level", "min_edge", "min_saturation_std"):
         assert args[name] == getattr(quality, name), name
-
-
-def test_category_names_of_midog_2021_and_midog_plus_plus() -> None:
-    from fedpath.wsi.midog_annotations import _categories
-
-    for imposter in ("hard negative", "not mitotic figure", "Non-mitotic figure"):
-        cats = [{"id": 1, "name": "mitotic figure"}, {"id": 2, "name": imposter}]
-        assert _categories({"categories": cats}, "x.json") == {1: True, 2: False}
-    with pytest.raises(DataError, match=r"x.json: categories\[1\] name 'cells'"):
-        _categories({"categories": [cats[0], {"id": 2, "name": "cells"}]}, "x.json")

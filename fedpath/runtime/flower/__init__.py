@@ -8,14 +8,20 @@ array group plus a ``ConfigRecord`` of scalars (:mod:`.records`).
 
 This package is the adapter and converts types and nothing else; standing a
 federation up (certificates, node keys, processes, the node launcher and its
-worker, ``fedpath flower ...``) is :mod:`fedpath.deploy`. Modules (``flwr`` is
-imported by them, never by this package, so ``import fedpath`` works without
-Flower installed):
+worker, ``fedpath flower ...``) is :mod:`fedpath.deploy`, which imports this
+package and is never imported by it. Modules (``flwr`` is imported by them, never
+by this package, so ``import fedpath`` works without Flower installed):
 
 - :mod:`.records`: Payload <-> ``RecordDict``, bit-exact;
-- :mod:`.server_app`: the ``ServerApp`` (coordinator) and :class:`FlowerRun`;
+- :mod:`.server_app`: the ``ServerApp`` (coordinator): the round loop over
+  :mod:`.transport` (nodes, stages; sent by :mod:`.messenger`);
 - :mod:`.nodes`: run settings, which node serves which client, message I/O;
-- :mod:`.client_app`: the ``ClientApp`` (one hospital's node);
+- :mod:`.identity`: client ids bound to node keys (the signed ``hello``);
+- :mod:`.client_app`: the ``ClientApp`` (one hospital's node), on top of
+  :mod:`.node_context` (the node's client and experiment, error replies) and
+  :mod:`.node_data` (its client split as in-process, datasets kept per process);
+- :mod:`.worker_protocol`: the ClientApp's side of the node's persistent worker;
+- :mod:`.node_state`: a node's client state on its own disk, for exact resume;
 - :mod:`.secagg`, :mod:`.secagg_server`: SecAgg+ on the fit stage (Flower's
   ``secaggplus_mod`` on the node, ``SecAggPlusWorkflow`` at the coordinator).
 - :mod:`.central_dp`: ``dp_fedavg``'s clip on the node (Flower's

@@ -19,8 +19,8 @@ messages carry a header, scalars and packed groups (:mod:`.records`).
 - the mod sees the received ``weights`` group's floating entries and
   ``clipping_norm`` = the run's ``algorithm.params.clip`` (the run config's, the
   value the client half and the server use; the node policy's ``max_dp_clip``
-  caps it, :func:`fedpath.deploy.policy.check_dp`), never a value taken from the
-  message;
+  caps it, :func:`fedpath.runtime.guard.check_caps`), never a value taken from
+  the message;
 - its inner handler runs the client half on the fedpath message, marked
   :data:`~fedpath.algorithms.dp_fedavg.NODE_CLIPS` (set here, whatever the
   coordinator sent) so the half leaves the clip to the mod: one clip, by the
@@ -57,7 +57,9 @@ from fedpath.runtime.flower.records import (
     payload_to_records,
     records_to_payload,
 )
+from fedpath.runtime.guard import algorithm_params
 from fedpath.types import ArrayDict, Payload
+from fedpath.wire import declared
 
 #: the two records of the message layout Flower's central-DP mods expect
 DP_ARRAYS = "fedpath.dp/weights"
@@ -74,9 +76,9 @@ def node_clipping_mod(
     msg: Message, context: Context, call_next: ClientAppCallable
 ) -> Message:
     """Flower's ``fixedclipping_mod`` on the ``fit`` replies of the algorithms
-    the node clips (:data:`fedpath.deploy.policy.DP_CLIPPED`); other messages
-    pass through."""
-    from fedpath.runtime.flower.client_app import NodeError, error_reply
+    the node clips (those that declare ``Wire.dp_clip``, :mod:`fedpath.wire`);
+    other messages pass through."""
+    from fedpath.runtime.flower.node_context import NodeError, error_reply
 
     meta = msg.content.config_records.get(META) if msg.has_content() else None
     if meta is None or meta.get("stage") != FIT:
@@ -152,11 +154,11 @@ def node_clipping_mod(
 def run_clip(context: Context) -> float | None:
     """The run's ``algorithm.params.clip`` if the node clips its algorithm's
     ``fit`` replies (None otherwise)."""
-    from fedpath.deploy.policy import DP_CLIPPED, algorithm_params
-    from fedpath.runtime.flower.client_app import experiment_from_run_config
+    from fedpath.runtime.flower.node_context import experiment_from_run_config
 
     cfg = experiment_from_run_config(context.run_config)
-    if cfg.algorithm.name not in DP_CLIPPED:
+    wire = declared(cfg.algorithm.name)
+    if wire is None or not wire.dp_clip:
         return None
     return float(algorithm_params(cfg).clip)
 

@@ -44,7 +44,7 @@ class FlowerSettings:
     wait_nodes: float = 120.0
     on_failure: Literal["continue", "stop"] = "continue"
     #: client id -> public key (OpenSSH line) that must sign the node's hello;
-    #: None: client ids are self-declared (:mod:`fedpath.deploy.identity`)
+    #: None: client ids are self-declared (:mod:`.identity`)
     registry: Mapping[str, str] | None = field(default=None, compare=False)
     #: SecAgg+ on the fit stage (run config ``secure-aggregation``); None: off
     secagg: SecAggSettings | None = None
@@ -119,7 +119,7 @@ class NodeDirectory:
 
     def refresh(self) -> dict[str, int]:
         """Ask new nodes who they are; return client id -> node id of live nodes."""
-        from fedpath.deploy.identity import challenge
+        from fedpath.runtime.flower.identity import challenge
 
         live = set(self.grid.get_node_ids())
         new = sorted(live - set(self.client_of) - self.unusable)
@@ -184,7 +184,7 @@ class NodeDirectory:
             )
             return None
         if self.registry is not None:
-            from fedpath.deploy.identity import verify_hello
+            from fedpath.runtime.flower.identity import verify_hello
 
             if client not in self.registry:
                 log.error(

@@ -56,6 +56,11 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 from fedpath.algorithms.names import WEIGHTS
 from fedpath.config import ConfigError
 from fedpath.runtime.flower import META, PROTOCOL
+from fedpath.runtime.flower.node_context import (
+    error_reply,
+    experiment_from_run_config,
+    node_client_id,
+)
 from fedpath.runtime.flower.records import (
     RecordError,
     header_int,
@@ -94,12 +99,8 @@ def secure_aggregation_mod(
 ) -> Message:
     """SecAgg+ for messages that carry its configs; the policy's
     ``require_secure_aggregation`` for those that do not."""
-    from fedpath.deploy.policy import check_run, node_policy, plain_upload_refusal
-    from fedpath.runtime.flower.client_app import (
-        error_reply,
-        experiment_from_run_config,
-        node_client_id,
-    )
+    from fedpath.runtime.guard import check_run, plain_upload_refusal
+    from fedpath.runtime.rules import node_policy
 
     configs = msg.content.config_records.get(RECORD_KEY_CONFIGS)
     meta = msg.content.config_records.get(META)

@@ -5,15 +5,15 @@ The workflow runs unchanged; it gets a stand-in legacy strategy
 (:class:`_SumStrategy`: the round's nodes, and it keeps the unmasked aggregate)
 and a Grid (:class:`_WorkflowGrid`) that sends fedpath's own ``fit`` message in
 the ``collect_masked_vectors`` stage, a fedpath header with the three others,
-pulls replies with fedpath's short poll, and logs and records failures as for
-any stage.
+and sends through the run's :class:`~.messenger.Messenger` (fedpath's short
+poll; failures logged and recorded as for any stage).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import (
@@ -41,22 +41,23 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
 from fedpath.algorithms.names import FIT, WEIGHTS
+from fedpath.config import ConfigError, ExperimentConfig
+from fedpath.data.partition import ClientData
 from fedpath.runtime.flower import META, STAGE_MESSAGE
-from fedpath.runtime.flower.nodes import record_bytes, send_and_receive
-from fedpath.runtime.flower.records import (
-    SCALARS,
-    RecordError,
-    payload_to_records,
-)
+from fedpath.runtime.flower.messenger import Messenger
+from fedpath.runtime.flower.nodes import record_bytes
+from fedpath.runtime.flower.records import SCALARS, RecordError
 from fedpath.runtime.flower.secagg import INDEX, STAGE_PREFIX
+from fedpath.runtime.sampling import clients_per_round
 from fedpath.runtime.secagg import (
+    RC_MAX_WEIGHT,
+    RC_MODE,
     RC_THRESHOLD,
     SecAggSettings,
+    check_algorithm,
 )
+from fedpath.runtime.transport import Exchanged
 from fedpath.types import ArrayDict, Payload
-
-if TYPE_CHECKING:
-    from fedpath.runtime.flower.server_app import FlowerRun
 
 log = logging.getLogger("fedpath")
 
@@ -65,39 +66,73 @@ class SecureFit:
     """The fit stage of one round through Flower's ``SecAggPlusWorkflow``."""
 
     def __init__(
-        self, run: FlowerRun, settings: SecAggSettings, max_weight: float
+        self,
+        messenger: Messenger,
+        settings: SecAggSettings,
+        max_weight: float,
+        rounds: int,
     ) -> None:
-        self.run = run
+        self.messenger = messenger
         self.settings = settings
         self.max_weight = max_weight
+        self.rounds = rounds
         #: the last round's protocol replies as the coordinator received them
         self.received: dict[str, list[Message]] = {}
 
-    def exchange(
-        self, rnd: int, messages: Mapping[str, Payload]
-    ) -> tuple[dict[str, Payload], dict[str, Any]]:
+    @classmethod
+    def for_run(
+        cls,
+        cfg: ExperimentConfig,
+        clients: Sequence[ClientData],
+        settings: SecAggSettings,
+        messenger: Messenger,
+    ) -> SecureFit:
+        """Check that SecAgg+ can carry this run (its algorithm, its clients per
+        round); its driver."""
+        s = settings
+        weighting = check_algorithm(cfg)
+        n = len(clients)
+        k = min(n, clients_per_round(cfg.train, n))
+        if k < 2:
+            raise ConfigError(
+                f"Flower run config {RC_MODE!r}: SecAgg+ needs at least 2 clients "
+                f"per round, this run samples {k} of {n} (train.clients_per_round, "
+                "train.client_fraction)"
+            )
+        s.check_clients(k)
+        weight = s.max_weight
+        if weighting == "equal":
+            weight = 1.0
+        elif weight == 0:  # the largest training split of the roster
+            weight = float(max(len(c.train) for c in clients))
+        log.info(
+            "secure aggregation: SecAgg+ on the fit stage (clipping range %g, "
+            "quantization range %d, modulus %d, %s %g)",
+            s.clipping_range,
+            s.quantization_range,
+            s.modulus_range,
+            RC_MAX_WEIGHT,
+            weight,
+        )
+        return cls(messenger, s, weight, cfg.train.rounds)
+
+    def exchange(self, rnd: int, messages: Mapping[str, Payload]) -> Exchanged:
         """Every client in ``messages`` gets the aggregate as its reply (weight 1),
         with its own plain scalars; absent clients dropped out."""
-        run, s = self.run, self.settings
+        s = self.settings
         contents: dict[int, RecordDict] = {}
         client_of: dict[int, str] = {}
-        for cid in sorted(messages):
-            node = run.nodes.get(cid)
-            if node is None:
-                run._failure(rnd, FIT, cid, None, "no node serves this client")
-                continue
-            content = payload_to_records(messages[cid], pack=True)
-            content[META] = run._header(FIT, rnd, cid)
+        for cid, node, content in self.messenger.address(FIT, rnd, messages):
             contents[node], client_of[node] = content, cid
         s.check_clients(len(contents))
-        grid = _WorkflowGrid(run, rnd, contents, client_of)
+        grid = _WorkflowGrid(self.messenger, rnd, contents, client_of)
         strategy = _SumStrategy(grid, sorted(contents))
         manager = SimpleClientManager()
         for proxy in strategy.proxies:
             manager.register(proxy)
         context = LegacyContext(
             Context(0, 0, {}, RecordDict(), {}),
-            ServerConfig(num_rounds=run.cfg.train.rounds),
+            ServerConfig(num_rounds=self.rounds),
             strategy,
             manager,
         )
@@ -176,12 +211,12 @@ class _WorkflowGrid(Grid):
 
     def __init__(
         self,
-        run: FlowerRun,
+        messenger: Messenger,
         rnd: int,
         contents: dict[int, RecordDict],
         client_of: dict[int, str],
     ) -> None:
-        self.fl, self.rnd = run, rnd
+        self.messenger, self.grid, self.rnd = messenger, messenger.grid, rnd
         self.contents, self.client_of = contents, client_of
         self.up = self.down = 0
         self.received: dict[str, list[Message]] = {}
@@ -201,7 +236,7 @@ class _WorkflowGrid(Grid):
             if stage == Stage.COLLECT_MASKED_VECTORS:
                 content = RecordDict(dict(self.contents[node].items()))
             else:
-                header = self.fl._header(
+                header = self.messenger.header(
                     STAGE_PREFIX + stage, self.rnd, self.client_of[node]
                 )
                 content = RecordDict({META: header})
@@ -216,33 +251,18 @@ class _WorkflowGrid(Grid):
                 )
             )
         name = FIT if stage == Stage.COLLECT_MASKED_VECTORS else STAGE_PREFIX + stage
-        ids, replies = send_and_receive(
-            self.fl.grid, out, self.fl.settings.reply_timeout
-        )
-        self.received[stage] = replies
-        node_of = {i: m.metadata.dst_node_id for i, m in zip(ids, out, strict=True)}
-        answered = set()
-        for reply in replies:
-            node = node_of.get(reply.metadata.reply_to_message_id, -1)
-            cid = self.client_of.get(node, "?")
-            answered.add(node)
-            if reply.has_error():
-                reason = reply.error.reason or f"error code {reply.error.code}"
-                self.fl._failure(self.rnd, name, cid, node, reason)
-                continue
-            self.up += record_bytes(reply.content)
-            if stage == Stage.COLLECT_MASKED_VECTORS:
+        collect = stage == Stage.COLLECT_MASKED_VECTORS
+
+        def read(cid: str, reply: Message) -> None:
+            if collect:  # (an unfit vector stops the round: RecordError)
                 self._contribution(cid, reply.content)
-        for node in sorted(set(node_of.values()) - answered):
-            timeout_s = self.fl.settings.reply_timeout
-            self.fl._failure(
-                self.rnd,
-                name,
-                self.client_of[node],
-                node,
-                f"no reply within reply-timeout={timeout_s:g} s",
-            )
-        return replies
+
+        clients = [self.client_of[m.metadata.dst_node_id] for m in out]
+        got = self.messenger.deliver(self.rnd, name, out, clients, read)
+        self.received[stage] = got.all
+        self.up += got.wire_up
+        self.messenger.timeouts(self.rnd, name, sorted(got.missing, key=_node))
+        return got.all
 
     def _contribution(self, cid: str, content: RecordDict) -> None:
         index = content.config_records.get(INDEX)
@@ -280,20 +300,25 @@ class _WorkflowGrid(Grid):
     # the workflow only calls send_and_receive; the rest is the real grid's
 
     def set_run(self, run: Any) -> None:
-        self.fl.grid.set_run(run)
+        self.grid.set_run(run)
 
     @property
     def run(self) -> Any:
-        return self.fl.grid.run
+        return self.grid.run
 
     def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self.fl.grid.create_message(*args, **kwargs)
+        return self.grid.create_message(*args, **kwargs)
 
     def get_node_ids(self) -> list[int]:
-        return list(self.fl.grid.get_node_ids())
+        return list(self.grid.get_node_ids())
 
     def push_messages(self, messages: Iterable[Message]) -> list[str]:
-        return list(self.fl.grid.push_messages(messages))
+        return list(self.grid.push_messages(messages))
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        return list(self.fl.grid.pull_messages(message_ids))
+        return list(self.grid.pull_messages(message_ids))
+
+
+def _node(missing: tuple[str, int]) -> int:
+    """The node of a ``(client, node)`` (SecAgg+ reports timeouts by node)."""
+    return missing[1]

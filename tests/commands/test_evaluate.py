@@ -1,0 +1,77 @@
+"""``fedpath evaluate``'s report: every metric, undefined ones as n/a, the
+bootstrap intervals, per-class rates, the operating point and the confusion
+matrix with the class names (the scoring itself: tests/inference)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from rich.console import Console
+
+from fedpath.cli import build_parser
+from fedpath.commands.evaluate import _print_metrics
+
+
+def report(m: dict, classes: list[str], unit: str = "images") -> str:
+    buf = io.StringIO()
+    _print_metrics(Console(file=buf, width=200), "all", m, classes, unit)
+    return buf.getvalue()
+
+
+METRICS = {
+    "n": 5,
+    "accuracy": 0.8,
+    "balanced_accuracy": 0.75,
+    "macro_f1": 0.7,
+    "auroc": math.nan,
+    "mcc": 0.5,
+    "confusion": [[2, 1], [0, 2]],
+}
+
+
+def test_the_report_names_the_classes_and_marks_undefined_metrics() -> None:
+    text = report(METRICS, ["normal", "[atypical]"], "slides")
+    assert "all: 5 slides" in text
+    assert "0.8000" in text and "n/a" in text  # auroc undefined
+    assert "rows = true class, columns = predicted class" in text
+    assert "[atypical]" in text  # class names are text, not markup
+    assert "bootstrap" not in text and "operating point" not in text
+
+
+def test_the_optional_blocks() -> None:
+    m = {
+        **METRICS,
+        "bootstrap": {
+            "level": 0.95,
+            "resamples": 100,
+            "seed": 3,
+            "balanced_accuracy": [0.6, 0.9],
+            "auroc": [math.nan, math.nan],
+        },
+        "temperature": 1.5,
+        "per_class": {
+            "a": {"n": 3, "sensitivity": 0.6667, "specificity": 1.0},
+            "b": {"n": 2, "sensitivity": 1.0, "specificity": math.nan},
+        },
+        "operating_point": {
+            "threshold": 0.3,
+            "sensitivity": 1.0,
+            "specificity": 0.5,
+            "accuracy": 0.8,
+            "balanced_accuracy": 0.75,
+            "mcc": 0.6,
+        },
+    }
+    text = report(m, ["a", "b"])
+    assert "95% bootstrap CI (100 resamples of the images, seed 3)" in text
+    assert "balanced_accuracy 0.6000-0.9000, auroc n/a (one class)" in text
+    assert "temperature 1.5000" in text
+    assert "sensitivity (recall) = TP/(TP+FN)" in text and "0.6667" in text
+    assert "operating point p >= 0.3000" in text
+
+
+def test_options_and_defaults() -> None:
+    args = build_parser().parse_args(["evaluate", "m.fpm", "data.csv", "k=v"])
+    assert (args.split, args.bootstrap, args.seed) == ("all", 1000, 0)
+    assert args.overrides == ["k=v"] and not args.per_domain

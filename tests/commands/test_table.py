@@ -1,0 +1,41 @@
+"""``fedpath table``: the table of finished runs; a metric the runs lack is named
+with the ones they have."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from fedpath.cli import build_parser, main
+from fedpath.commands.table import SPLIT_TITLES, _no_such_metric
+from fedpath.config import ConfigError
+from fedpath.evaluation.tables import ResultRow
+
+
+def test_no_finished_runs_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["table", str(tmp_path)]) == 2
+    assert "no finished runs" in capsys.readouterr().err
+
+
+def test_a_missing_metric_names_the_numeric_ones_the_runs_have() -> None:
+    rows = [
+        ResultRow("fedavg", "h0", 0, {"accuracy": 0.5, "n": 10, "ece": None}),
+        ResultRow("fedavg", "h1", 0, {"auroc": math.nan}),
+    ]
+    with pytest.raises(ConfigError, match="expected one of accuracy, auroc$"):
+        _no_such_metric("mcc", "target", rows)
+    with pytest.raises(ConfigError, match="recorded no numeric metric"):
+        _no_such_metric("mcc", "clients", [ResultRow("a", "h0", 0, {"n": 3})])
+
+
+def test_every_split_choice_has_a_title() -> None:
+    args = build_parser().parse_args(["table", "runs"])
+    assert args.split is None and args.select == "last"
+    for split in SPLIT_TITLES:
+        assert build_parser().parse_args(["table", "r", "--split", split]).split
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["table", "r", "--split", "nope"])

@@ -1,0 +1,47 @@
+"""The sections of an experiment config, checked on their own
+(:mod:`fedpath.config_sections`; their rules across sections: tests/test_config.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedpath.config_sections import (
+    EvalConfig,
+    PartitionConfig,
+    RuntimeConfig,
+    TrainConfig,
+)
+from fedpath.schema import ConfigError
+
+
+def test_declared_constraints_name_the_sections_key() -> None:
+    assert PartitionConfig().alpha == 0.5
+    with pytest.raises(ConfigError, match="'partition.alpha': expected a number > 0"):
+        PartitionConfig(alpha=0)
+    with pytest.raises(ConfigError, match="'partition.validation'"):
+        PartitionConfig(validation=0.5)  # half-open: [0, 0.5)
+    with pytest.raises(ConfigError, match="'evaluation.swa_from'"):
+        EvalConfig(swa_from=-1)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:12"])
+def test_a_runtime_device_is_cpu_or_a_cuda_device(device: str) -> None:
+    assert RuntimeConfig(device=device).device == device
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cuda:-1", "mps"])
+def test_other_devices_are_refused(device: str) -> None:
+    with pytest.raises(ConfigError, match="'runtime.device': expected 'cpu', 'cuda'"):
+        RuntimeConfig(device=device)
+
+
+def test_the_training_sections_own_rules() -> None:
+    with pytest.raises(ConfigError, match="'train.lr_end': expected a number when"):
+        TrainConfig(schedule="linear")
+    assert TrainConfig(schedule="linear", lr_end=0.0).lr_end == 0.0
+    with pytest.raises(ConfigError, match="'train.trainable': expected 'classifier'"):
+        TrainConfig(cache_features=True)
+    with pytest.raises(ConfigError, match="'train.augment': expected 'none' or"):
+        TrainConfig(
+            cache_features=True, trainable="classifier", augment="dihedral_jitter"
+        )

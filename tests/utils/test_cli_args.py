@@ -1,0 +1,62 @@
+"""Arguments several subcommands share (fedpath.utils.cli_args): overrides also
+after the options, ``--quiet`` or ``FEDPATH_QUIET=1``, the launcher options."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from fedpath.utils.cli_args import (
+    add_launcher,
+    add_overrides,
+    add_quiet,
+    is_override,
+    is_quiet,
+    parse_args_overrides_anywhere,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("config")
+    parser.add_argument("--only")
+    add_overrides(parser)
+    add_quiet(parser, "quiet")
+    add_launcher(parser)
+    return parser
+
+
+def test_what_reads_as_an_override() -> None:
+    assert is_override("train.rounds=5") and is_override("seeds=[0,1]")
+    assert not is_override("--jobs=2") and not is_override("=5")
+    assert not is_override("configs/a=b.yaml") and not is_override("plain")
+
+
+def test_overrides_may_follow_the_options() -> None:
+    argv = ["s.yaml", "a=1", "--only", "x,y", "b=2", "a=3", "--jobs", "2"]
+    args = parse_args_overrides_anywhere(_parser(), argv)
+    assert args.overrides == ["a=1", "b=2", "a=3"]  # in order: the later a wins
+    assert (args.only, args.jobs, args.launcher) == ("x,y", 2, None)
+    with pytest.raises(SystemExit):
+        parse_args_overrides_anywhere(_parser(), ["s.yaml", "--only", "x", "stray"])
+
+
+def test_quiet_from_the_option_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    args = _parser().parse_args(["s.yaml"])
+    assert not is_quiet(args)
+    assert is_quiet(_parser().parse_args(["s.yaml", "-q"]))
+    monkeypatch.setenv("FEDPATH_QUIET", "1")
+    assert is_quiet(args) and is_quiet(argparse.Namespace())  # no --quiet at all
+
+
+def test_the_launcher_options() -> None:
+    args = _parser().parse_args(["s.yaml", "--launcher", "ray", "--address", "h:1"])
+    assert (args.launcher, args.address, args.status) == ("ray", "h:1", False)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["s.yaml", "--launcher", "slurm"])
+    bare = argparse.ArgumentParser()
+    add_launcher(bare, status=False)
+    assert not hasattr(bare.parse_args([]), "status")

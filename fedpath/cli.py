@@ -81,6 +81,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("demo", _OWN + "suite", "register_demo", "run_demo"),
     Command("suite", _OWN + "suite", "register_suite", "run_suite", ("ablate",)),
     Command("table", _OWN + "table"),
+    Command("compare", _OWN + "compare"),
     Command("evaluate", _OWN + "evaluate"),
     Command("predict", _OWN + "predict", "register_predict", "run_predict"),
     Command("adapt-bn", _OWN + "predict", "register_adapt_bn", "run_adapt_bn"),

@@ -103,17 +103,23 @@ def run_suite(args: argparse.Namespace) -> int:
 def _what_it_shows(
     outs: Sequence[Path], labels: Sequence[str], metric: str, baseline: str
 ) -> str:
-    """The line under a demo's table: each method's average of ``metric`` at the
-    unseen domain against ``baseline``'s, and whether the gap is larger than the
-    seed spread (empty when the runs cannot say)."""
-    from fedpath.evaluation.tables import build_table, separation
+    """The lines under a demo's table: each method against ``baseline`` on
+    ``metric`` at the unseen domain, paired over (hospital, seed) units, with
+    the interval, the test and the verdict (empty when the runs cannot say)."""
+    from fedpath.evaluation.paired import compare_all
     from fedpath.runtime.experiment import collect_rows
 
     rows = [r for r in collect_rows(outs, "target") if r.method in labels]
     if not rows or not all(metric in r.metrics for r in rows):
         return ""
-    text = separation(build_table(rows, metric=metric), baseline)
-    return f"What this shows ({metric} at the unseen hospital): {text}" if text else ""
+    if len({r.method for r in rows}) < 2 or baseline not in {r.method for r in rows}:
+        return ""
+    comps = compare_all(rows, baseline, metric)
+    head = (
+        f"What this shows ({metric} at the unseen hospital, each method minus "
+        f"{baseline} paired over (hospital, seed) units, bootstrap 95% interval):"
+    )
+    return "\n".join([head, *(f"- {c.line()}" for c in comps)])
 
 
 def _shape(configs: Sequence[ExperimentConfig], first_domains: Sequence[str]) -> str:
@@ -142,7 +148,8 @@ def _run_configs(
     baseline: str | None = None,
 ) -> int:
     """Run ``configs`` and print their tables; with ``baseline``, the line that
-    says how each method's average compares with it (:func:`_what_it_shows`)."""
+    compares each method with it, paired over (hospital, seed) units
+    (:func:`_what_it_shows`)."""
     from fedpath.runtime.experiment import find_runs, plan_runs
     from fedpath.utils.progress import plural
     from fedpath.utils.progress_display import make_reporter

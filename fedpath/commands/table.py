@@ -66,6 +66,12 @@ def register(sub: SubParsers) -> None:
         "--format", default="markdown", choices=["markdown", "csv", "latex"]
     )
     table.add_argument("--out", type=Path, help="also write the table to this file")
+    table.add_argument(
+        "--baseline",
+        default=None,
+        help="also compare every method with this one, paired over (target, "
+        "seed) units (as fedpath compare)",
+    )
     add_common(table)
 
 
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         is_quiet(args),
         select=args.select,
+        baseline=args.baseline,
     )
     return 0
 
@@ -92,6 +99,7 @@ def print_table(
     quiet: bool,
     methods: Sequence[str] | None = None,
     select: str = "last",
+    baseline: str | None = None,
 ) -> None:
     """Print (and with ``out`` write) the table of ``metric`` on ``split`` of the
     runs under ``paths``; ``split`` None: the first of ``target``, ``clients``,
@@ -126,6 +134,12 @@ def print_table(
             f"\n{metric} (%) on the {title}, mean ± std over seeds\n", highlight=False
         )
     shown.print(text, highlight=False, markup=False)
+    if baseline is not None:
+        from fedpath.commands.compare import comparisons, render
+
+        paired = render(comparisons(rows, baseline, metric, None))
+        shown.print(f"\n{paired}", highlight=False, markup=False)
+        text = f"{text}\n\n{paired}"
     if out is not None:
         atomic_write_text(out, text)
 

@@ -25,7 +25,6 @@ __all__ = [
     "ResultTable",
     "best_rows",
     "build_table",
-    "separation",
 ]
 
 AVG_LABEL = "Avg"
@@ -211,36 +210,3 @@ def best_rows(table: ResultTable, decimals: int) -> list[set[int]]:
         top = col[valid].min() if table.metric in LOWER_IS_BETTER else col[valid].max()
         best.append({int(i) for i in np.flatnonzero(valid & (col == top))})
     return best
-
-
-def separation(table: ResultTable, baseline: str) -> str:
-    """One sentence per method on how its ``Avg`` compares with ``baseline``'s:
-    the gap in points and whether it is larger than the seed spread, i.e. whether
-    the two mean ± std intervals of the average are disjoint. Empty if
-    ``baseline`` is not a row or is the only one.
-
-    With one complete seed there is no spread, and the sentence says so instead
-    of calling any gap real."""
-    if baseline not in table.methods or len(table.methods) < 2:
-        return ""
-    b = table.methods.index(baseline)
-    mean, std, n = table.mean[:, -1], table.std[:, -1], table.n_seeds[:, -1]
-    parts = []
-    for i, m in enumerate(table.methods):
-        if i == b or not (math.isfinite(mean[i]) and math.isfinite(mean[b])):
-            continue
-        gap = float(mean[i] - mean[b])
-        seeds = int(min(n[i], n[b]))
-        where = "above" if gap > 0 else "below"
-        head = (
-            f"{m}'s average is {abs(gap):.2f} points {where} {baseline}'s "
-            f"({mean[i]:.2f} ± {std[i]:.2f} vs {mean[b]:.2f} ± {std[b]:.2f}, "
-            f"{seeds} seed{'s' if seeds != 1 else ''})"
-        )
-        if seeds < 2:
-            parts.append(f"{head}: one seed, no spread to compare with")
-        elif abs(gap) > std[i] + std[b]:
-            parts.append(f"{head}: larger than the seed spread")
-        else:
-            parts.append(f"{head}: within the seed spread")
-    return "; ".join(parts) + "." if parts else ""

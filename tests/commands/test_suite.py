@@ -16,11 +16,10 @@ def test_demo_command_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["demo", "--methods", "fedavg,fedprox", *over]) == 0
     text = capsys.readouterr().out
     assert "| fedavg |" in text and "| fedprox |" in text and "| Avg |" in text
-    # the line under the table, from the same numbers: one seed, so no verdict
-    assert (
-        "What this shows (balanced_accuracy at the unseen hospital): fedprox's" in text
-    )
-    assert "one seed, no spread to compare with." in text
+    # the lines under the table: fedprox minus fedavg, paired over units
+    assert "What this shows (balanced_accuracy at the unseen hospital, each " in text
+    assert "- fedprox vs fedavg (balanced_accuracy, " in text
+    assert "paired units): " in text and "p = " in text
     assert (
         tmp_path / "demo" / "fedprox" / "hospital_2" / "seed0" / "final.json"
     ).is_file()

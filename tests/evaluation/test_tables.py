@@ -12,7 +12,6 @@ from fedpath.evaluation.tables import (
     ResultTable,
     best_rows,
     build_table,
-    separation,
 )
 
 # accuracy (fraction) per (method, target, seed); FedAvg has a seed (2) that
@@ -159,33 +158,3 @@ def test_result_table_shape_checked() -> None:
             std=np.zeros((1, 2)),
             n_seeds=np.zeros((1, 2), dtype=int),
         )
-
-
-def _avg_table(values: dict[str, list[float]]) -> ResultTable:
-    """One target, so each method's Avg over seeds is its values' mean ± std."""
-    rows = [
-        ResultRow(m, "h0", s, {"accuracy": v / 100})
-        for m, vs in values.items()
-        for s, v in enumerate(vs)
-    ]
-    return build_table(rows, metric="accuracy")
-
-
-def test_separation_says_whether_a_gap_exceeds_the_seed_spread() -> None:
-    # fedavg 70 ± 1.41 (seeds 69, 71); big 80 ± 1.41: gap 10 > 1.41 + 1.41;
-    # close 71.5 ± 0.71 (71, 72): gap 1.5 < 1.41 + 0.71, within
-    table = _avg_table(
-        {"fedavg": [69.0, 71.0], "big": [79.0, 81.0], "close": [71.0, 72.0]}
-    )
-    line = separation(table, "fedavg")
-    big, close = line.rstrip(".").split("; ")
-    assert big.startswith("big's average is 10.00 points above fedavg's")
-    assert "(80.00 ± 1.41 vs 70.00 ± 1.41, 2 seeds)" in big
-    assert big.endswith("larger than the seed spread")
-    assert close.startswith("close's average is 1.50 points above")
-    assert close.endswith("within the seed spread")
-    low = separation(_avg_table({"fedavg": [70.0, 72.0], "x": [60.0, 61.0]}), "fedavg")
-    assert "10.50 points below" in low and low.endswith("larger than the seed spread.")
-    one = separation(_avg_table({"fedavg": [70.0], "x": [90.0]}), "fedavg")
-    assert one.endswith("one seed, no spread to compare with.")
-    assert separation(table, "absent") == ""

@@ -1,0 +1,103 @@
+"""``fedpath compare`` and ``fedpath table --baseline`` over run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedpath.cli import main
+from fedpath.evaluation.paired import sign_flip_p
+
+SCORES = {  # method -> (target, seed) -> balanced accuracy
+    "fedavg": {("h0", 0): 0.60, ("h0", 1): 0.62, ("h1", 0): 0.70, ("h1", 1): 0.66},
+    "better": {("h0", 0): 0.70, ("h0", 1): 0.71, ("h1", 0): 0.79, ("h1", 1): 0.77},
+    "level": {("h0", 0): 0.61, ("h0", 1): 0.60, ("h1", 0): 0.71, ("h1", 1): 0.65},
+}
+
+
+def _runs(root: Path) -> Path:
+    for method, cells in SCORES.items():
+        for (target, seed), value in cells.items():
+            run = root / "exp" / method / target / f"seed{seed}"
+            run.mkdir(parents=True)
+            record = {
+                "method": method,
+                "target": target,
+                "seed": seed,
+                "evaluation": {"target": {"balanced_accuracy": value, "n": 10}},
+            }
+            (run / "final.json").write_text(json.dumps(record))
+    return root / "exp"
+
+
+def test_compare_json_matches_an_independent_computation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp.json"
+    root = _runs(tmp_path)
+    code = main(
+        [
+            "compare",
+            str(root),
+            "--baseline",
+            "fedavg",
+            "--format",
+            "json",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    data = {d["method"]: d for d in json.loads(out.read_text())}
+    units = sorted(SCORES["fedavg"])
+    d = np.array([100 * (SCORES["better"][u] - SCORES["fedavg"][u]) for u in units])
+    assert data["better"]["mean"] == pytest.approx(d.mean())
+    assert data["better"]["diffs"] == pytest.approx(list(d))
+    assert data["better"]["p_value"] == pytest.approx(sign_flip_p(d))
+    assert data["better"]["wins"] == 4 and data["better"]["losses"] == 0
+    # four units can never reach p < 0.05 in a sign-flip test (min p = 2/16)
+    assert data["better"]["verdict"].startswith("not separated at this power")
+    assert data["level"]["ties"] == 0 and data["level"]["wins"] == 2
+    assert "fedavg" not in data
+
+
+def test_compare_markdown_and_table_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _runs(tmp_path)
+    assert main(["compare", str(root), "--baseline", "fedavg"]) == 0
+    text = capsys.readouterr().out
+    assert "| better | +9.75 |" in text
+    assert "better vs fedavg (balanced_accuracy, 4 paired units): +9.75 points" in text
+    assert (
+        main(
+            [
+                "table",
+                str(root),
+                "--metric",
+                "balanced_accuracy",
+                "--baseline",
+                "fedavg",
+            ]
+        )
+        == 0
+    )
+    assert "| level |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--baseline", "nobody"], "--baseline nobody: baseline 'nobody' has no runs"),
+        (["--baseline", "fedavg", "--metric", "auroc"], "--metric: 'auroc' is not"),
+    ],
+)
+def test_compare_errors_name_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    root = _runs(tmp_path)
+    assert main(["compare", str(root), *argv]) != 0
+    assert message in capsys.readouterr().err

@@ -1,0 +1,128 @@
+"""Paired comparisons: formulas against scipy and an independent computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedpath.evaluation.paired import (
+    EXACT_MAX,
+    bootstrap_ci,
+    compare,
+    compare_all,
+    paired_differences,
+    sign_flip_p,
+    to_markdown,
+    units_for_half_width,
+)
+from fedpath.evaluation.tables import ResultRow
+
+
+def _rows(method: str, values: dict[tuple[str, int], float], key: str = "acc"):
+    return [ResultRow(method, t, s, {key: v}) for (t, s), v in values.items()]
+
+
+def test_paired_differences_keep_only_units_both_have() -> None:
+    a = _rows("a", {("h0", 0): 0.8, ("h0", 1): 0.7, ("h1", 0): float("nan")})
+    b = _rows("b", {("h0", 0): 0.6, ("h0", 1): 0.75, ("h1", 0): 0.5, ("h2", 0): 0.1})
+    units, d = paired_differences(a + b, "a", "b", "acc")
+    assert units == [("h0", 0), ("h0", 1)]
+    np.testing.assert_allclose(d, [20.0, -5.0])
+
+
+def test_paired_differences_name_what_is_missing() -> None:
+    rows = _rows("a", {("h0", 0): 0.8}) + _rows("b", {("h1", 0): 0.6})
+    with pytest.raises(ValueError, match="'a' .1 units. and the baseline 'b'"):
+        paired_differences(rows, "a", "b", "acc")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sign_flip_p_equals_scipy_exact_permutation(seed: int) -> None:
+    d = np.random.default_rng(seed).normal(0.5, 1.0, size=7)
+    ref = stats.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=np.inf
+    ).pvalue
+    assert sign_flip_p(d) == pytest.approx(ref, abs=1e-12)
+
+
+def test_sign_flip_refuses_too_many_units() -> None:
+    with pytest.raises(ValueError, match=str(EXACT_MAX)):
+        sign_flip_p(np.ones(EXACT_MAX + 1))
+
+
+def test_bootstrap_ci_matches_scipy_percentile_bootstrap() -> None:
+    d = np.random.default_rng(3).normal(2.0, 3.0, size=12)
+    lo, hi = bootstrap_ci(d, n_boot=40_000)
+    ref = stats.bootstrap(
+        (d,), np.mean, method="percentile", n_resamples=40_000, random_state=1
+    ).confidence_interval
+    assert lo == pytest.approx(ref.low, abs=0.05)
+    assert hi == pytest.approx(ref.high, abs=0.05)
+    assert bootstrap_ci(d) == bootstrap_ci(d)  # seeded: a rerun prints the same
+
+
+def test_units_for_half_width_formula() -> None:
+    n = units_for_half_width(sd=4.0, half_width=1.0)
+    assert 1.959963984540054 * 4.0 / math.sqrt(n) <= 1.0
+    assert 1.959963984540054 * 4.0 / math.sqrt(n - 1) > 1.0
+    assert units_for_half_width(4.0, 0.0) == 0
+
+
+def test_clear_difference_is_better_with_wilcoxon_for_many_units() -> None:
+    rng = np.random.default_rng(0)
+    base = {(f"h{i % 4}", i // 4): 0.6 + 0.01 * rng.normal() for i in range(20)}
+    meth = {u: v + 0.05 + 0.01 * rng.normal() for u, v in base.items()}
+    c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
+    assert c.verdict == "better"
+    assert c.test == "Wilcoxon signed-rank"
+    assert c.p_value == pytest.approx(stats.wilcoxon(np.array(c.diffs)).pvalue)
+    assert (c.wins, c.losses, c.n) == (20, 0, 20)
+    assert c.ci[0] > 0 and c.mean == pytest.approx(np.mean(c.diffs))
+
+
+def test_worse_and_lower_is_better_metrics() -> None:
+    base = {("h0", s): 0.10 for s in range(6)}
+    meth = {("h0", s): 0.05 + 0.001 * s for s in range(6)}
+    rows = _rows("m", meth, "ece") + _rows("b", base, "ece")
+    c = compare(rows, "m", "b", "ece")
+    assert c.mean < 0 and c.verdict == "better" and c.wins == 6
+    c2 = compare(rows, "b", "m", "ece")
+    assert c2.verdict == "worse" and c2.losses == 6
+
+
+def test_noisy_difference_is_not_separated_and_says_how_many_more() -> None:
+    base = {("h0", 0): 0.60, ("h1", 0): 0.70, ("h0", 1): 0.65, ("h1", 1): 0.62}
+    meth = {("h0", 0): 0.64, ("h1", 0): 0.66, ("h0", 1): 0.67, ("h1", 1): 0.61}
+    c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
+    assert c.verdict.startswith("not separated at this power: the interval is +-")
+    sd = float(np.std(c.diffs, ddof=1))
+    more = units_for_half_width(sd, abs(c.mean)) - 4
+    assert f"about {more} more units would resolve a difference of" in c.verdict
+    assert "points [" in c.line() and "sign-flip permutation" in c.line()
+
+
+def test_compare_all_and_unknown_baseline() -> None:
+    rows = (
+        _rows("a", {("h0", 0): 0.5})
+        + _rows("b", {("h0", 0): 0.6})
+        + _rows("c", {("h0", 0): 0.7})
+    )
+    assert [c.method for c in compare_all(rows, "b", "acc")] == ["a", "c"]
+    with pytest.raises(ValueError, match="baseline 'z' has no runs"):
+        compare_all(rows, "z", "acc")
+
+
+def test_markdown_table_has_a_row_per_method_with_its_interval() -> None:
+    rows = _rows("a", {("h0", 0): 0.5, ("h1", 0): 0.55}) + _rows(
+        "b", {("h0", 0): 0.6, ("h1", 0): 0.6}
+    )
+    comps = compare_all(rows, "b", "acc")
+    text = to_markdown(comps)
+    lines = text.splitlines()
+    assert lines[0].startswith("| Method | acc: diff. to b (points) | 95% CI")
+    assert lines[2].startswith("| a | -7.50 | [-10.00, -5.00] |")
+    assert "| 2 | 0-2 |" in lines[2]
+    assert to_markdown([]) == ""

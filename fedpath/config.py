@@ -41,6 +41,7 @@ from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their 
     require,
     resolve_params,
 )
+from fedpath.utils.yaml_io import read_yaml_mapping
 
 #: config keys that do not change what a run computes (beyond the last bits of
 #: float rounding, for the thread count): outside :meth:`ExperimentConfig.hash`
@@ -281,6 +282,11 @@ def load_config(
     raw: dict[str, Any] = {}
     if path is not None:
         raw = read_yaml_mapping(Path(path))
+        if not raw:  # every default would start a 4-fold experiment on every core
+            raise ConfigError(
+                f"config file {str(path)!r} is empty; expected at least data, "
+                "algorithm and train keys (see configs/ for examples)"
+            )
     for item in overrides:
         key, value = parse_override(item)
         _set_dotted(raw, key, value)
@@ -291,27 +297,6 @@ def load_config(
     except ConfigError as err:
         where = f" (in {path})" if path is not None else ""
         raise ConfigError(f"{err}{where}") from None
-
-
-def read_yaml_mapping(
-    path: Path,
-    what: str = "config file",
-    expected: str = "a mapping at the top level",
-) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping (empty: ``{}``); errors name
-    ``what`` and the file (a node policy, a client registry read it too)."""
-    where = f"{what} {str(path)!r}"
-    if not path.is_file():
-        raise ConfigError(f"{where} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where} is not valid YAML: {err}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected {expected}, got {type(data).__name__}")
-    return data
 
 
 def parse_override(item: str) -> tuple[str, Any]:

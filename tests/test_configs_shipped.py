@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fedpath.config import load_config, read_yaml_mapping
+from fedpath.config import load_config
 from fedpath.runtime.suite import load_suite
+from fedpath.utils.yaml_io import read_yaml_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted([*ROOT.glob("configs/**/*.yaml"), *ROOT.glob("fedpath/configs/*.yaml")])

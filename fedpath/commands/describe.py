@@ -173,8 +173,9 @@ def register_check(sub: SubParsers) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Load the config (a suite: every variant) and print one line per config."""
-    from fedpath.config import ExperimentConfig, load_config, read_yaml_mapping
+    from fedpath.config import ExperimentConfig, load_config
     from fedpath.runtime.suite import load_suite
+    from fedpath.utils.yaml_io import read_yaml_mapping
 
     def line(cfg: ExperimentConfig) -> str:
         return (

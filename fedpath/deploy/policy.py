@@ -77,7 +77,7 @@ from fedpath.runtime.rules import NodePolicy, parse_policy
 
 def load_policy(path: Path | None, allow_non_private: Iterable[str] = ()) -> NodePolicy:
     """The policy file (or the default policy), plus opt-ins from the command line."""
-    from fedpath.config import read_yaml_mapping
+    from fedpath.utils.yaml_io import read_yaml_mapping
 
     raw: dict[str, Any] = {}
     where = "the default node policy"

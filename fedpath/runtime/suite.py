@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from fedpath.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping
+from fedpath.config import ConfigError, ExperimentConfig, load_config
+from fedpath.utils.yaml_io import read_yaml_mapping
 
 SUITE_KEYS = ("description", "base", "overrides", "variants", "metrics", "default")
 

@@ -78,7 +78,7 @@ def verify_hello(public_key: str, nonce: str, client_id: str, signature: str) ->
 
 def load_registry(path: Path) -> dict[str, str]:
     """client id -> OpenSSH public key line, from a registry file (module docstring)."""
-    from fedpath.config import read_yaml_mapping
+    from fedpath.utils.yaml_io import read_yaml_mapping
 
     where = f"client registry {str(path)!r}"
     expected = "a mapping 'client id: public key file'"

@@ -1,0 +1,81 @@
+"""Reading the YAML files a user writes (experiment configs, suites, node
+policies, client registries): every problem is one error naming the file and
+what was expected, never a traceback or a silent guess.
+
+- a folder, a missing file, or a file that is not UTF-8 text is named as such;
+- a key given twice in one mapping is an error naming the key and both lines
+  (PyYAML keeps the last one without a word);
+- the top level must be a mapping (empty: ``{}``, for the callers that allow it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedpath.schema import ConfigError
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping lists one key twice."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping."""
+
+    def construct_mapping(
+        self, node: yaml.MappingNode, deep: bool = False
+    ) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.setdefault(key, line)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            if first != line:
+                raise DuplicateKeyError(
+                    f"key {key!r} is given twice (lines {first} and {line}); keep one"
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def strict_load(text: str) -> Any:
+    """``yaml.safe_load`` that refuses duplicate keys (:class:`StrictLoader`)."""
+    return yaml.load(text, Loader=StrictLoader)
+
+
+def read_yaml_mapping(
+    path: Path,
+    what: str = "config file",
+    expected: str = "a mapping at the top level",
+) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping (empty: ``{}``); errors name
+    ``what`` and the file."""
+    where = f"{what} {str(path)!r}"
+    if path.is_dir():
+        raise ConfigError(f"{where} is a folder; expected a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"{where} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{where} is not UTF-8 text (byte {err.start}); expected a YAML file"
+        ) from None
+    except OSError as err:
+        raise ConfigError(f"{where} cannot be read: {err.strerror}") from None
+    try:
+        data = strict_load(text)
+    except DuplicateKeyError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where} is not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected {expected}, got {type(data).__name__}")
+    return data

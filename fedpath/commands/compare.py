@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedpath.commands.common import add_common, console
+from fedpath.commands.common import add_common, console, no_such_metric
 from fedpath.config import ConfigError
 from fedpath.utils.cli_args import SubParsers
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from fedpath.runtime.experiment import collect_rows
 
     rows = collect_rows(args.paths, args.split, args.select)
-    comps = comparisons(rows, args.baseline, args.metric, args.effect)
+    comps = comparisons(rows, args.baseline, args.metric, args.effect, args.split)
     text = render(comps, args.format)
     console(False).print(text, highlight=False, markup=False)
     if args.out is not None:
@@ -76,15 +76,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def comparisons(
-    rows: Sequence[ResultRow], baseline: str, metric: str, effect: float | None
+    rows: Sequence[ResultRow],
+    baseline: str,
+    metric: str,
+    effect: float | None,
+    split: str = "target",
 ) -> list[Comparison]:
     """:func:`~fedpath.evaluation.paired.compare_all`, its errors as config errors
     naming the option."""
     from fedpath.evaluation.paired import compare_all
 
     if not any(metric in r.metrics for r in rows):
-        have = sorted({k for r in rows for k in r.metrics if k != "n"})
-        raise ConfigError(f"--metric: {metric!r} is not among {', '.join(have)}")
+        no_such_metric(metric, split, rows)
     try:
         return compare_all(rows, baseline, metric, effect=effect)
     except ValueError as e:

@@ -9,12 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedpath.commands.common import add_common, console
-from fedpath.config import ConfigError
+from fedpath.commands.common import add_common, console, no_such_metric
 from fedpath.utils.cli_args import SubParsers, is_quiet
 
 if TYPE_CHECKING:
-    from fedpath.evaluation.tables import ResultRow
+    pass
 
 #: The title of each ``--split``.
 SPLIT_TITLES = {
@@ -115,7 +114,7 @@ def print_table(
         split = have[0] if have else "target"  # none: collect_rows says why
     rows = collect_rows(paths, split, select)
     if rows and not any(metric in r.metrics for r in rows):
-        _no_such_metric(metric, split, rows)
+        no_such_metric(metric, split, rows)
     if methods is not None:  # keep the suite's methods, in the suite's order
         rows = sorted(
             (r for r in rows if r.method in methods),
@@ -137,29 +136,8 @@ def print_table(
     if baseline is not None:
         from fedpath.commands.compare import comparisons, render
 
-        paired = render(comparisons(rows, baseline, metric, None))
+        paired = render(comparisons(rows, baseline, metric, None, split))
         shown.print(f"\n{paired}", highlight=False, markup=False)
         text = f"{text}\n\n{paired}"
     if out is not None:
         atomic_write_text(out, text)
-
-
-def _no_such_metric(metric: str, split: str, rows: Sequence[ResultRow]) -> None:
-    """Fail naming the numeric metrics that the runs do have on ``split``."""
-    have = sorted(
-        {
-            k
-            for r in rows
-            for k, v in r.metrics.items()
-            if isinstance(v, int | float) and k != "n"
-        }
-    )
-    listed = (
-        f"expected one of {', '.join(have)}"
-        if have
-        else "these runs recorded no numeric metric for this split"
-    )
-    raise ConfigError(
-        f"--metric: {metric!r} is not among these runs' metrics on --split "
-        f"{split}; {listed}"
-    )

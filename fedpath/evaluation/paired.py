@@ -228,16 +228,22 @@ def compare(
 
 
 def compare_all(
-    rows: Sequence[ResultRow], baseline: str, metric: str, **kwargs: float | None
+    rows: Sequence[ResultRow],
+    baseline: str,
+    metric: str,
+    *,
+    effect: float | None = None,
+    scale: float = 100.0,
 ) -> list[Comparison]:
-    """Every other method in ``rows`` against ``baseline``, in first-seen order."""
+    """Every other method in ``rows`` against ``baseline``, in first-seen order
+    (``effect``, ``scale``: as in :func:`compare`)."""
     methods = list(dict.fromkeys(r.method for r in rows))
     if baseline not in methods:
         raise ValueError(
             f"baseline {baseline!r} has no runs here; methods: {', '.join(methods)}"
         )
     return [
-        compare(rows, m, baseline, metric, **kwargs)  # type: ignore[arg-type]
+        compare(rows, m, baseline, metric, scale=scale, effect=effect)
         for m in methods
         if m != baseline
     ]

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 
-from fedpath.commands.common import add_common, console, only, packaged_config
-from fedpath.config import load_config
+from fedpath.commands.common import (
+    add_common,
+    console,
+    no_such_metric,
+    only,
+    packaged_config,
+)
+from fedpath.config import ConfigError, load_config
+from fedpath.evaluation.tables import ResultRow
 
 
 def test_only_splits_a_comma_list_and_none_means_all() -> None:
@@ -31,3 +39,14 @@ def test_common_options_are_quiet() -> None:
     p = argparse.ArgumentParser()
     add_common(p)
     assert p.parse_args(["-q"]).quiet and not p.parse_args([]).quiet
+
+
+def test_a_missing_metric_names_the_numeric_ones_the_runs_have() -> None:
+    rows = [
+        ResultRow("fedavg", "h0", 0, {"accuracy": 0.5, "n": 10, "ece": None}),
+        ResultRow("fedavg", "h1", 0, {"auroc": math.nan}),
+    ]
+    with pytest.raises(ConfigError, match="expected one of accuracy, auroc$"):
+        no_such_metric("mcc", "target", rows)
+    with pytest.raises(ConfigError, match="recorded no numeric metric"):
+        no_such_metric("mcc", "clients", [ResultRow("a", "h0", 0, {"n": 3})])

@@ -3,15 +3,12 @@ with the ones they have."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 
 from fedpath.cli import build_parser, main
-from fedpath.commands.table import SPLIT_TITLES, _no_such_metric
-from fedpath.config import ConfigError
-from fedpath.evaluation.tables import ResultRow
+from fedpath.commands.table import SPLIT_TITLES
 
 
 def test_no_finished_runs_is_an_error(
@@ -19,17 +16,6 @@ def test_no_finished_runs_is_an_error(
 ) -> None:
     assert main(["table", str(tmp_path)]) == 2
     assert "no finished runs" in capsys.readouterr().err
-
-
-def test_a_missing_metric_names_the_numeric_ones_the_runs_have() -> None:
-    rows = [
-        ResultRow("fedavg", "h0", 0, {"accuracy": 0.5, "n": 10, "ece": None}),
-        ResultRow("fedavg", "h1", 0, {"auroc": math.nan}),
-    ]
-    with pytest.raises(ConfigError, match="expected one of accuracy, auroc$"):
-        _no_such_metric("mcc", "target", rows)
-    with pytest.raises(ConfigError, match="recorded no numeric metric"):
-        _no_such_metric("mcc", "clients", [ResultRow("a", "h0", 0, {"n": 3})])
 
 
 def test_every_split_choice_has_a_title() -> None:

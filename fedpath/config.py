@@ -32,6 +32,7 @@ from fedpath.config_sections import (
     PartitionConfig,
     RuntimeConfig,
     TrainConfig,
+    check_backend,
 )
 from fedpath.registry import ALGORITHMS, BACKBONES, DATASETS, MIL_MODELS, Registry
 from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their home)
@@ -277,8 +278,6 @@ def load_config(
     (here, where a user's config is loaded, not in :func:`build_config`: a Flower
     node validates the coordinator's config, and tracks nothing).
     """
-    from fedpath.runtime.tracking import check_backend  # (imports no PyTorch)
-
     raw: dict[str, Any] = {}
     if path is not None:
         raw = read_yaml_mapping(Path(path))

@@ -6,6 +6,7 @@ holds one of each). Frozen dataclasses with declarative constraints
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -301,3 +302,26 @@ class RuntimeConfig(Checked):
     feature_cache: str | None = None
     tracking: Literal["none", "tensorboard", "mlflow"] = "none"
     tracking_dir: str | None = None
+
+
+#: backend -> (the module it needs, the fedpath extra that installs it)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "mlflow": ("mlflow", "mlflow"),
+}
+
+
+def check_backend(backend: str) -> None:
+    """Refuse a backend whose package is not installed (at config time).
+
+    Only looks the package up (``importlib.util.find_spec``), imports nothing.
+    """
+    if backend not in BACKENDS:
+        return
+    module, extra = BACKENDS[backend]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"config key 'runtime.tracking': {backend!r} needs the {module!r} "
+            f"package, which is not installed: pip install 'fedpath[{extra}]' "
+            "(or runtime.tracking=none)"
+        )

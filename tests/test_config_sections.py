@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from fedpath.config import load_config
 from fedpath.config_sections import (
     EvalConfig,
     PartitionConfig,
@@ -45,3 +50,25 @@ def test_the_training_sections_own_rules() -> None:
         TrainConfig(
             cache_features=True, trainable="classifier", augment="dihedral_jitter"
         )
+
+
+@pytest.mark.parametrize("backend", ["tensorboard", "mlflow"])
+def test_a_missing_package_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name == backend else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"runtime:\n  tracking: {backend}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (
+        f"config key 'runtime.tracking': {backend!r} needs the {backend!r} package, "
+        f"which is not installed: pip install 'fedpath[{backend}]' "
+        f"(or runtime.tracking=none) (in {path})"
+    )
+    assert load_config(path, ["runtime.tracking=none"]).runtime.tracking == "none"

@@ -163,7 +163,9 @@ class Run:
             start = self._restore() + 1
         atomic_write_text(self.run_dir / "config.yaml", self.cfg.to_yaml())
         # logs the rounds after the checkpoint only (runtime.tracking)
-        self.log.tracker = open_tracker(self.cfg, self.run_dir, self.labels(), start)
+        self.log.tracker = open_tracker(
+            self.cfg, self.run_dir, self.labels(), start, self.config_hash
+        )
         finished = False
         try:
             rounds = self.cfg.train.rounds

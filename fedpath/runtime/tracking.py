@@ -28,14 +28,14 @@ the config is loaded, naming the extra to install), a round is logged in one bat
 and every call into a backend is guarded: the first failure logs a warning and
 turns tracking off for the rest of the run, which goes on.
 
-This module imports no PyTorch, TensorBoard or MLflow at import time (config
-validation imports it for :func:`check_backend`). The scalars' names and the
+This module imports no PyTorch, TensorBoard or MLflow at import time; config
+validation checks a backend's package is installed without it
+(:func:`fedpath.config_sections.check_backend`). The scalars' names and the
 logs' folders are in :mod:`fedpath.runtime.tracking_names`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -51,38 +51,16 @@ from fedpath.runtime.tracking_names import (
     scalars,
     tensorboard_dir,
 )
-from fedpath.schema import ConfigError
 
 if TYPE_CHECKING:
     from fedpath.config import ExperimentConfig
 
 log = logging.getLogger("fedpath")
 
-#: backend -> (the module it needs, the fedpath extra that installs it)
-BACKENDS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboard", "tensorboard"),
-    "mlflow": ("mlflow", "mlflow"),
-}
 #: TensorBoard's event files
 _EVENTS = "events.out.tfevents.*"
 #: MLflow's limits per ``log_batch`` call and per param value
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_CHARS = 1000, 100, 6000
-
-
-def check_backend(backend: str) -> None:
-    """Refuse a backend whose package is not installed (at config time).
-
-    Only looks the package up (``importlib.util.find_spec``), imports nothing.
-    """
-    if backend not in BACKENDS:
-        return
-    module, extra = BACKENDS[backend]
-    if importlib.util.find_spec(module) is None:
-        raise ConfigError(
-            f"config key 'runtime.tracking': {backend!r} needs the {module!r} "
-            f"package, which is not installed: pip install 'fedpath[{extra}]' "
-            "(or runtime.tracking=none)"
-        )
 
 
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -166,14 +144,16 @@ class Tracker:
 NO_TRACKING = Tracker()
 
 
-def _identity(cfg: ExperimentConfig, labels: Mapping[str, Any]) -> dict[str, str]:
+def _identity(
+    cfg: ExperimentConfig, labels: Mapping[str, Any], config_hash: str
+) -> dict[str, str]:
     from fedpath.version import __version__
 
     return {
         "method": str(labels["method"]),
         "target": str(labels["target"]),
         "seed": str(labels["seed"]),
-        "config_hash": cfg.hash(),
+        "config_hash": config_hash,
         "algorithm": cfg.algorithm.name,
         "fedpath_version": __version__,
     }
@@ -195,6 +175,7 @@ class TensorBoardTracker(Tracker):
         run_dir: Path,
         labels: Mapping[str, Any],
         start: int,
+        config_hash: str,
     ) -> None:
         super().__init__()
         from torch.utils.tensorboard import SummaryWriter
@@ -211,7 +192,7 @@ class TensorBoardTracker(Tracker):
         self.writer = SummaryWriter(str(self.dir), purge_step=start if old else None)
         if self.fresh:
             rows = "\n".join(
-                f"| {k} | {v} |" for k, v in _identity(cfg, labels).items()
+                f"| {k} | {v} |" for k, v in _identity(cfg, labels, config_hash).items()
             )
             self.writer.add_text(
                 "fedpath/run", f"| key | value |\n|---|---|\n{rows}", 0
@@ -246,6 +227,7 @@ class MlflowTracker(Tracker):
         run_dir: Path,
         labels: Mapping[str, Any],
         start: int,
+        config_hash: str,
     ) -> None:
         super().__init__()
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -262,7 +244,7 @@ class MlflowTracker(Tracker):
             self.client.delete_run(old)
             old = None
         self.fresh = old is None
-        tags = _identity(cfg, labels)
+        tags = _identity(cfg, labels, config_hash)
         if old is None:
             experiment = self._experiment(cfg.name)
             name = "/".join(run_path(cfg, labels).parts[1:])
@@ -339,10 +321,12 @@ def open_tracker(
     run_dir: Path,
     labels: Mapping[str, Any],
     start: int,
+    config_hash: str,
 ) -> Tracker:
     """The tracker of one run that starts (or resumes) at round ``start``.
 
-    ``labels``: the run's method, target and seed. A backend that cannot start
+    ``labels``: the run's method, target and seed; ``config_hash``: the run's
+    (computed once per experiment, recorded with the run). A backend that cannot start
     logs a warning and the run goes on untracked.
     """
     backend = cfg.runtime.tracking
@@ -359,7 +343,7 @@ def open_tracker(
         return NO_TRACKING
     kind = TensorBoardTracker if backend == "tensorboard" else MlflowTracker
     try:
-        tracker: Tracker = kind(cfg, run_dir, labels, start)
+        tracker: Tracker = kind(cfg, run_dir, labels, start, config_hash)
     except Exception as err:
         log.warning(
             "%s tracking could not start (the run goes on untracked): %s: %s",

@@ -4,7 +4,6 @@ round, also across a crash and ``--resume``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from collections import Counter
@@ -374,25 +373,3 @@ def test_a_bad_backend_names_the_key_and_the_choices() -> None:
         r"'tensorboard', 'mlflow', got 'wandb'",
     ):
         load_config(None, ["runtime.tracking=wandb"])
-
-
-@pytest.mark.parametrize("backend", ["tensorboard", "mlflow"])
-def test_a_missing_package_names_the_extra(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
-) -> None:
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, *args: Any) -> Any:
-        return None if name == backend else real(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    path = tmp_path / "cfg.yaml"
-    path.write_text(f"runtime:\n  tracking: {backend}\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(path)
-    assert str(err.value) == (
-        f"config key 'runtime.tracking': {backend!r} needs the {backend!r} package, "
-        f"which is not installed: pip install 'fedpath[{backend}]' "
-        f"(or runtime.tracking=none) (in {path})"
-    )
-    assert load_config(path, ["runtime.tracking=none"]).runtime.tracking == "none"

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from fedpath.errors import UnknownNameError
+
 if TYPE_CHECKING:  # types only: the registries' users import this module
     from fedpath.algorithms.base import AlgorithmSpec
     from fedpath.data.base import DomainDataset
@@ -39,13 +41,6 @@ if TYPE_CHECKING:  # types only: the registries' users import this module
     from fedpath.models.backbones import FedModel
 
 T = TypeVar("T")
-
-
-class UnknownNameError(KeyError):
-    """Raised when a name is not registered; the message lists the known names."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0])
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar, Union
 
+from fedpath.errors import ConfigError
+
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A bad config key or value; the message names the key and what was expected."""
 
 
 class FieldError(ConfigError):

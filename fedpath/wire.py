@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedpath.errors import FedpathError
 from fedpath.registry import ALGORITHMS
 
 # ------------------------------------------------------------------ kinds
@@ -48,7 +49,7 @@ SECAGG_WEIGHTINGS = ("examples", "equal")
 CAPS = ("max_upload_ratio", "min_stats_noise", "max_tokens", "max_dp_clip")
 
 
-class WireError(ValueError):
+class WireError(FedpathError, ValueError):
     """A wire declaration that is missing or contradicts itself."""
 
 

@@ -34,6 +34,7 @@ from torch import nn
 from fedpath.algorithms.names import LOCAL, WEIGHTS
 from fedpath.config import TrainConfig
 from fedpath.data.base import Split
+from fedpath.errors import FedpathError
 from fedpath.losses import weighted_cross_entropy
 from fedpath.params.algorithms import AlgorithmParams  # noqa: F401  (its old home)
 from fedpath.registry import ALGORITHMS
@@ -46,7 +47,7 @@ from fedpath.wire import Wire, WireError
 P = TypeVar("P")
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(FedpathError, RuntimeError):
     """A stage or payload that an algorithm half does not understand."""
 
 

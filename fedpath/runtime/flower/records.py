@@ -32,6 +32,7 @@ from typing import TypeVar, overload
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from fedpath.errors import FedpathError
 from fedpath.types import ArrayDict, Payload, Scalar
 
 P = TypeVar("P", bound=Payload)
@@ -42,7 +43,7 @@ INDEX = "index/"
 SCALARS = "scalars"
 
 
-class RecordError(TypeError):
+class RecordError(FedpathError, TypeError):
     """A payload that cannot travel, or records that are not a payload."""
 
 

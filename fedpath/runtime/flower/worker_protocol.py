@@ -26,11 +26,13 @@ from pathlib import Path
 
 from flwr.app import Context, RecordDict
 
+from fedpath.errors import FedpathError
+
 STOP = "stop"
 PING = "ping"
 
 
-class WorkerError(RuntimeError):
+class WorkerError(FedpathError, RuntimeError):
     """The worker could not be reached, or the message failed inside it.
 
     The text is the reason as it should reach the coordinator (already

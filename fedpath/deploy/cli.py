@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fedpath.deploy import node_cli, run_cli
 from fedpath.deploy.cli_common import existing, flwr_home, tls_args
-from fedpath.utils.cli_args import SubParsers
+from fedpath.utils.cli_args import SubParsers, int_at_least
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -71,7 +71,7 @@ def _register_certs(fsub: SubParsers) -> None:
         dest="hosts",
         help="IP or DNS name of the SuperLink (repeat; default 127.0.0.1, localhost)",
     )
-    certs.add_argument("--days", type=int, default=365)
+    certs.add_argument("--days", type=int_at_least(1), default=365)
 
 
 def _cmd_certs(args: argparse.Namespace) -> int:
@@ -147,5 +147,6 @@ SUBCOMMANDS: dict[str, tuple[Callable[[SubParsers], None], Handler]] = {
     "connect": (_register_connect, _cmd_connect),
     "superlink": (node_cli.register_superlink, node_cli.run_superlink),
     "supernode": (node_cli.register_supernode, node_cli.run_supernode),
+    "approve": (node_cli.register_approve, node_cli.run_approve),
     "run": (run_cli.register_run, run_cli.run),
 }

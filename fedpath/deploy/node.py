@@ -14,19 +14,29 @@
    the last one. ``--poll-interval S`` caps both sleeps at ``S`` seconds (the node
    asks the SuperLink ``1/S`` times a second while idle). It patches the ``time``
    name of ``flwr.supernode.start_client_internal`` and nothing else, and only on
-   the Flower series fedpath pins (1.42); otherwise it warns and keeps Flower's wait.
+   the Flower series fedpath pins (1.42); otherwise it warns and keeps Flower's wait;
+4. with ``--approved-apps FILE`` runs only the apps approved there
+   (:mod:`.approval`; it refuses to start on another Flower series); without it
+   the node logs, loudly, that it runs any app the coordinator sends.
+
+The node stops with the reason (exit 2), instead of restarting its worker in a
+loop, when the worker's socket folder is refused; SIGTERM and SIGINT stop the
+worker and remove the socket and its key file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +85,10 @@ class WorkerSupervisor:
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        #: why the worker cannot run at all (then it is not restarted)
+        self.fatal: str | None = None
+        #: called (from the watching thread) once ``fatal`` is set
+        self.on_fatal: Callable[[], None] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -105,6 +119,9 @@ class WorkerSupervisor:
             assert self.proc is not None
             code = self.proc.poll()
             if code is not None and not self._stop.is_set():
+                if code == REFUSED:
+                    self._give_up()
+                    return
                 self.restarts += 1
                 log.error(
                     "fedpath worker exited with code %s; restarting it (%d)",
@@ -112,6 +129,15 @@ class WorkerSupervisor:
                     self.restarts,
                 )
                 self._spawn()
+
+    def _give_up(self) -> None:
+        """The worker refused its socket folder: restarting cannot help, so stop
+        the node with the reason."""
+        why = worker_refusal(self.socket) or "its socket folder was refused"
+        log.error("fedpath worker cannot start: %s; stopping the node", why)
+        self.fatal = why
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     def wait_ready(self, timeout: float) -> bool:
         """True once the current worker process answers on the socket."""
@@ -124,6 +150,8 @@ class WorkerSupervisor:
                     return True
             except WorkerError:
                 pass
+            if self.fatal is not None:
+                return False
             time.sleep(0.1)
         return False
 
@@ -135,13 +163,33 @@ class WorkerSupervisor:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+        # the worker removes them itself; not if it was killed (or never started)
+        from fedpath.runtime.flower.worker_protocol import key_path
+
+        for path in (self.socket, key_path(self.socket)):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        raise SystemExit("usage: ... node --socket PATH [--poll-interval S] -- ARGS")
-    split = argv.index("--")
+#: the worker's exit code when its socket folder is refused (see worker.main)
+REFUSED = 78
+
+
+def worker_refusal(socket: Path) -> str | None:
+    """Why a worker cannot serve on ``socket`` (its folder is refused), or None."""
+    from fedpath.runtime.flower.worker_protocol import WorkerError, private_dir
+
+    try:
+        private_dir(socket.parent, create=True)
+    except WorkerError as err:
+        return str(err)
+    except OSError as err:  # e.g. a file where a folder should be
+        return f"the worker's socket folder {socket.parent}: {err.strerror}"
+    return None
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m fedpath.deploy.node")
     ap.add_argument("--socket", type=Path, help="worker socket (none: no worker)")
     ap.add_argument("--worker-log", type=Path, help="worker log (default: stderr)")
@@ -151,29 +199,92 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"cap the SuperNode's idle waits (Flower: {FLOWER_POLL_S:.0f} s)",
     )
-    args = ap.parse_args(argv[:split])
+    ap.add_argument(
+        "--approved-apps",
+        type=Path,
+        help="run only the apps approved in this file (fedpath flower approve)",
+    )
+    return ap
+
+
+#: what the node logs when it runs whatever app the coordinator sends
+UNCHECKED = (
+    "APP APPROVAL IS OFF: this node imports and runs ANY app the coordinator "
+    "sends, as this user, and the node policy may never be consulted. Unless "
+    "this is a trial, drop --no-app-approval (`fedpath flower approve` the app)"
+)
+
+
+def _stop_on_signal(signum: int, _frame: Any) -> None:
+    """Until Flower installs its own handlers: exit through ``finally`` blocks
+    (the worker is stopped and its socket files removed)."""
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the worker (if any), install the hooks, run ``flower-supernode``.
+
+    Returns 2, with the reason logged, when the node cannot run as asked: app
+    approval on an unsupported Flower, or a refused worker socket folder.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        raise SystemExit("usage: ... node --socket PATH [--poll-interval S] -- ARGS")
+    split = argv.index("--")
+    args = _parser().parse_args(argv[:split])
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s fedpath: %(message)s"))
     log.addHandler(handler)  # fedpath's lines only: Flower logs its own
     log.setLevel(logging.INFO)
+    if args.approved_apps is None:
+        log.warning(UNCHECKED)
+    else:
+        from fedpath.deploy.approval import install_approval
+        from fedpath.schema import ConfigError
+
+        try:
+            install_approval(args.approved_apps)
+        except ConfigError as err:
+            log.error("%s", err)
+            return 2
+        log.info("fedpath: runs only the apps approved in %s", args.approved_apps)
     if args.poll_interval is not None:
         patch_poll_interval(args.poll_interval)
+    if args.socket is not None and (why := worker_refusal(args.socket)) is not None:
+        log.error("%s; the node does not start", why)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_on_signal)
     supervisor = None
-    if args.socket is not None:
-        supervisor = WorkerSupervisor(args.socket, args.worker_log).start()
-        if not supervisor.wait_ready(120):
-            log.warning("fedpath worker not listening after 120 s; starting anyway")
+    try:
+        if args.socket is not None:
+            supervisor = WorkerSupervisor(args.socket, args.worker_log).start()
+            if not supervisor.wait_ready(120) and supervisor.fatal is None:
+                log.warning("fedpath worker not listening after 120 s; starting anyway")
+        return _run_flower(argv[split + 1 :], supervisor)
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+
+
+def _run_flower(flower_args: list[str], supervisor: WorkerSupervisor | None) -> int:
+    """Flower's ``flower-supernode`` in this process; 2 if the worker gave up."""
     from flwr.supercore.exit import add_exit_handler
     from flwr.supernode.cli import flower_supernode
 
     if supervisor is not None:
         add_exit_handler(supervisor.stop)
-    sys.argv = ["flower-supernode", *argv[split + 1 :]]
+        # Flower's SIGTERM handler stops the SuperNode; main then returns 2
+        supervisor.on_fatal = lambda: os.kill(os.getpid(), signal.SIGTERM)
+        if supervisor.fatal is not None:
+            return 2
+    sys.argv = ["flower-supernode", *flower_args]
     try:
         flower_supernode()
-    finally:
-        if supervisor is not None:
-            supervisor.stop()
+    except SystemExit:
+        if supervisor is not None and supervisor.fatal is not None:
+            return 2
+        raise
     return 0
 
 

@@ -19,6 +19,7 @@ from fedpath.deploy.cli_common import (
     add_options,
     exec_command,
     existing,
+    flwr_home,
     option,
     tls_args,
 )
@@ -35,7 +36,7 @@ from fedpath.runtime.flower import (
     NC_STATE_DIR,
     NC_THREADS,
 )
-from fedpath.utils.cli_args import SubParsers
+from fedpath.utils.cli_args import SubParsers, int_at_least, positive_number
 
 #: Node-config keys that ``fedpath flower supernode`` sets from its options: each
 #: key is also the option's name (``--data-root`` sets ``data-root``), so one
@@ -55,13 +56,24 @@ NODE_OPTIONS: tuple[Option, ...] = (
 )
 #: The same for local differential privacy (Flower's ``LocalDpMod``).
 DP_OPTIONS: tuple[Option, ...] = (
-    (NC_DP_CLIP, float, None),
-    (NC_DP_SENSITIVITY, float, None),
-    (NC_DP_EPSILON, float, None),
-    (NC_DP_DELTA, float, None),
+    (NC_DP_CLIP, positive_number, None),
+    (NC_DP_SENSITIVITY, positive_number, None),
+    (NC_DP_EPSILON, positive_number, None),
+    (NC_DP_DELTA, positive_number, None),
 )
 #: The DP options that must come together (the sensitivity defaults to the norm).
 DP_REQUIRED = (NC_DP_CLIP, NC_DP_EPSILON, NC_DP_DELTA)
+
+
+def port(text: str) -> int:
+    """An argparse ``type``: a TCP port (1-65535), else a usage error naming
+    the option."""
+    value = int_at_least(1, "a TCP port, at most 65535")(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer (a TCP port, at most 65535), got {text!r}"
+        )
+    return value
 
 
 def register_superlink(fsub: SubParsers) -> None:
@@ -72,8 +84,13 @@ def register_superlink(fsub: SubParsers) -> None:
         description="Runs flower-superlink with fedpath's settings (apps run in "
         "this Python environment: no dependency installation).",
     )
-    link.add_argument("--host", default="0.0.0.0", help="bind address (0.0.0.0)")
-    link.add_argument("--port", type=int, default=9092)
+    link.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default 127.0.0.1: this machine only); name the "
+        "address the hospitals dial, e.g. --host 0.0.0.0 for every interface",
+    )
+    link.add_argument("--port", type=port, default=9092)
     tls_args(link, "--certs", "folder from `fedpath flower certs`")
     link.add_argument(
         "--node-auth",
@@ -99,7 +116,7 @@ def register_supernode(fsub: SubParsers) -> None:
     add_options(node, NODE_OPTIONS)
     tls_args(node)
     node.add_argument("--key", type=Path, help="private key (node authentication)")
-    node.add_argument("--port", type=int, default=9094, help="local app API port")
+    node.add_argument("--port", type=port, default=9094, help="local app API port")
     node.add_argument(
         "--no-worker",
         action="store_true",
@@ -120,6 +137,7 @@ def register_supernode(fsub: SubParsers) -> None:
         "0 or less keeps Flower's",
     )
     _add_policy(node)
+    _add_approval(node)
     dp = node.add_argument_group("local differential privacy (Flower's LocalDpMod)")
     add_options(dp, DP_OPTIONS)
     node.add_argument("--dry-run", action="store_true", help="print the command only")
@@ -145,6 +163,63 @@ def _add_policy(node: argparse.ArgumentParser) -> None:
         help="also serve this non-private algorithm (it uploads images, labels or "
         "real embeddings); repeatable; the node's log states it",
     )
+
+
+def _add_approval(node: argparse.ArgumentParser) -> None:
+    """Which apps this node runs (docs/flower.md, "Approving apps")."""
+    app = node.add_argument_group("app approval (which apps this node runs)")
+    app.add_argument(
+        "--approved-apps",
+        type=Path,
+        help="the approved list (default: $FLWR_HOME/approved_apps.yaml); "
+        "add to it with `fedpath flower approve`",
+    )
+    app.add_argument(
+        "--no-app-approval",
+        action="store_true",
+        help="run ANY app the coordinator sends (trials only; the node logs it)",
+    )
+
+
+def register_approve(fsub: SubParsers) -> None:
+    """Add ``approve`` to the ``fedpath flower`` subcommands ``fsub``."""
+    ap = fsub.add_parser(
+        "approve",
+        help="approve an app (Flower FAB) for this hospital's node",
+        description="Add an app's digest (SHA-256 of the FAB, Flower's fab_hash) "
+        "to the node's approved list. Default: fedpath's own app, built here "
+        "exactly as `fedpath flower run` builds it.",
+    )
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("fab", nargs="?", type=Path, help="a .fab file to approve")
+    src.add_argument("--app-dir", type=Path, help="an app folder to build and approve")
+    ap.add_argument(
+        "--approved-apps",
+        type=Path,
+        help="the node's list (default: $FLWR_HOME/approved_apps.yaml)",
+    )
+
+
+def run_approve(args: argparse.Namespace) -> int:
+    """Add the app's digest to the approved list; print the digest and the list."""
+    from fedpath.deploy import approval
+
+    if args.fab is not None:
+        digest, note = approval.fab_file_digest(args.fab), f"file {args.fab.name}"
+    elif args.app_dir is not None:
+        digest = approval.app_dir_digest(args.app_dir)
+        note = f"app folder {args.app_dir}"
+    else:
+        import flwr
+
+        import fedpath
+
+        digest = approval.shipped_app_digest()
+        note = f"fedpath {fedpath.__version__} app (flwr {flwr.__version__})"
+    path = args.approved_apps or approval.default_path(flwr_home())
+    added = approval.approve(path, digest, note)
+    print(f"{digest} {'approved' if added else 'already approved'} in {path}")
+    return 0
 
 
 def run_superlink(args: argparse.Namespace) -> int:
@@ -189,6 +264,8 @@ def run_supernode(args: argparse.Namespace) -> int:
                 "shorter than 100 characters"
             )
     poll = args.poll_interval if args.poll_interval > 0 else None
+    if args.insecure and not args.dry_run:
+        _refuse_tls_superlink(args.superlink)
     cmd = supernode_command(
         args.superlink,
         args.port,
@@ -197,8 +274,42 @@ def run_supernode(args: argparse.Namespace) -> int:
         private,
         worker=worker,
         poll_interval=poll,
+        approved_apps=_approved_apps(args),
     )
     return exec_command(cmd, args.dry_run)
+
+
+def _approved_apps(args: argparse.Namespace) -> Path | None:
+    """The node's approved list (None: approval off, said loudly on stderr)."""
+    from fedpath.deploy.node import UNCHECKED
+
+    if args.no_app_approval:
+        if args.approved_apps is not None:
+            raise ConfigError("--approved-apps and --no-app-approval contradict")
+        print(f"WARNING: {UNCHECKED}", file=sys.stderr)
+        return None
+    from fedpath.deploy.approval import default_path, load_approved
+
+    path = (args.approved_apps or default_path(flwr_home())).resolve()
+    if not load_approved(path):  # also checks that the file reads
+        print(
+            f"fedpath: no app approved in {path} yet: every run is refused until "
+            "the hospital approves one (`fedpath flower approve`)",
+            file=sys.stderr,
+        )
+    return path
+
+
+def _refuse_tls_superlink(address: str) -> None:
+    """A plaintext node must not start against a TLS SuperLink: Flower would
+    retry forever without a word."""
+    from fedpath.deploy.tls_probe import speaks_tls
+
+    if speaks_tls(address):
+        raise ConfigError(
+            f"--superlink {address} expects TLS (it completed a TLS handshake): "
+            "pass --ca CA.crt (the coordinator's certificate) instead of --insecure"
+        )
 
 
 def _node_config(args: argparse.Namespace) -> dict[str, Any]:

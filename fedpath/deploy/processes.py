@@ -26,10 +26,11 @@ from typing import IO
 import tomli_w
 
 from fedpath.deploy.pki import TlsFiles
+from fedpath.errors import FedpathError
 from fedpath.runtime.flower import NC_WORKER
 
 
-class DeployError(RuntimeError):
+class DeployError(FedpathError, RuntimeError):
     """A Flower process or command that did not do what was asked."""
 
 
@@ -237,13 +238,16 @@ def supernode_command(
     worker: Path | None = None,
     poll_interval: float | None = POLL_INTERVAL,
     worker_log: Path | None = None,
+    approved_apps: Path | None = None,
 ) -> list[str]:
     """``flower-supernode`` serving one fedpath client (see client_app's keys).
 
-    With a ``worker`` socket or a ``poll_interval`` the node runs through
-    :mod:`fedpath.deploy.node` (``python -m fedpath.deploy.node ... -- <the same
-    flower-supernode arguments>``), which starts the persistent worker and caps
-    the SuperNode's idle waits; with neither it is the plain Flower command.
+    With a ``worker`` socket, a ``poll_interval`` or ``approved_apps`` the node
+    runs through :mod:`fedpath.deploy.node` (``python -m fedpath.deploy.node ...
+    -- <the same flower-supernode arguments>``), which starts the persistent
+    worker, caps the SuperNode's idle waits and runs only the apps approved in
+    ``approved_apps`` (:mod:`fedpath.deploy.approval`); with none of them it is
+    the plain Flower command.
     """
     if worker is not None:
         node_config = {**node_config, NC_WORKER: str(worker)}
@@ -262,9 +266,11 @@ def supernode_command(
         args += ["--auth-supernode-private-key", str(private_key)]
     if max_wait is not None:
         args += ["--max-wait-time", str(max_wait)]
-    if worker is None and poll_interval is None:
+    if worker is None and poll_interval is None and approved_apps is None:
         return [flower_bin("flower-supernode"), *args]
     node = [sys.executable, "-m", "fedpath.deploy.node"]
+    if approved_apps is not None:
+        node += ["--approved-apps", str(approved_apps)]
     if worker is not None:
         node += ["--socket", str(worker)]
         if worker_log is not None:
@@ -318,11 +324,13 @@ def start_supernode(
     max_wait: float | None = None,
     worker: bool = True,
     poll_interval: float | None = POLL_INTERVAL,
+    approved_apps: Path | None = None,
 ) -> Service:
     """Start a SuperNode (home ``folder/name``, log ``folder/name.log``).
 
     With ``worker`` (default) it runs with a persistent worker whose log is
-    ``folder/name.worker.log``; ``worker=False, poll_interval=None`` is plain Flower.
+    ``folder/name.worker.log``; ``worker=False, poll_interval=None`` is plain
+    Flower; ``approved_apps`` turns on app approval (off here: trials and tests).
     """
     port = free_port()
     cmd = supernode_command(
@@ -335,6 +343,7 @@ def start_supernode(
         worker=worker_socket(port) if worker else None,
         poll_interval=poll_interval,
         worker_log=folder / f"{name}.worker.log",
+        approved_apps=approved_apps,
     )
     return _start(name, cmd, folder / name, folder / f"{name}.log")
 

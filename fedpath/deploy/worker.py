@@ -16,7 +16,9 @@ when the worker starts) are readable only by the user that runs the node, and
 :mod:`multiprocessing.connection` authenticates every connection with that key
 (HMAC challenge) before anything is unpickled. The worker serves one message at a
 time, as the SuperNode does. Data read from disk is cached for the worker's
-lifetime: restart the node after changing its data.
+lifetime: restart the node after changing its data. SIGTERM and SIGINT remove the
+socket and its key; a refused socket folder exits with
+:data:`~fedpath.deploy.node.REFUSED` (the node then stops rather than restart it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import logging
 import os
 import secrets
+import signal
 import socket as pysocket
 import struct
 import sys
@@ -44,6 +47,7 @@ from typing import Any
 from flwr.app import Context
 
 from fedpath.runtime.flower.client_app import handle_content
+from fedpath.runtime.flower.node_context import public_reason
 from fedpath.runtime.flower.worker_protocol import PING, STOP, key_path, private_dir
 
 log = logging.getLogger("fedpath")
@@ -149,7 +153,8 @@ def answer(request: dict[str, Any]) -> tuple[str, Any, Any]:
         reply = handle_content(request["content"], context)
     except Exception as err:
         log.error("fedpath worker: stage failed", exc_info=err)
-        return "error", f"{type(err).__name__}: {err}", traceback.format_exc()
+        # only what may leave the node (node_context.public_reason)
+        return "error", public_reason(err), traceback.format_exc()
     return "ok", reply, context.state
 
 
@@ -169,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--socket", type=Path, required=True)
     ap.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = ap.parse_args(argv)
+    # SIGTERM (the node stopping it, or an operator) exits through serve's finally,
+    # which removes the socket and its key file, as SIGINT does
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
     )
@@ -180,9 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401
 
     import fedpath.algorithms  # noqa: F401
+    from fedpath.deploy.node import REFUSED, worker_refusal
 
+    if (why := worker_refusal(args.socket)) is not None:
+        log.error("fedpath worker: %s", why)
+        return REFUSED  # the node stops instead of restarting it
     serve(args.socket)
     return 0
+
+
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -65,3 +65,14 @@ def test_app_and_connect(
     assert "[superlink.trial]" in (tmp_path / "home" / "config.toml").read_text()
     with pytest.raises(SystemExit):  # TLS or --insecure: one of them
         main(argv)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_certs_days_must_be_positive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    with pytest.raises(SystemExit) as err:
+        build_parser().parse_args(["flower", "certs", str(tmp_path), "--days", value])
+    assert err.value.code == 2
+    assert "argument --days: expected a positive integer" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

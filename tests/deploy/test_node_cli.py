@@ -53,3 +53,57 @@ def test_supernode_refuses_bad_combinations(
     assert "does not exist" in capsys.readouterr().err
     assert main([*NODE, "--key", str(tmp_path / "no.key")]) == 2
     assert "private key" in capsys.readouterr().err
+
+
+def test_the_superlink_binds_loopback_unless_told(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["flower", "superlink", "--insecure", "--dry-run"]
+    assert main(argv) == 0
+    assert "--host 127.0.0.1 " in capsys.readouterr().out  # before: 0.0.0.0
+    assert main([*argv, "--host", "0.0.0.0"]) == 0
+    assert "--host 0.0.0.0 " in capsys.readouterr().out
+
+
+def test_the_supernode_runs_only_approved_apps_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    assert main(NODE) == 0
+    captured = capsys.readouterr()
+    listed = tmp_path / "approved_apps.yaml"
+    assert f"-m fedpath.deploy.node --approved-apps {listed} " in captured.out
+    assert f"no app approved in {listed} yet" in captured.err
+    assert main([*NODE, "--no-app-approval"]) == 0
+    captured = capsys.readouterr()
+    assert "approved-apps" not in captured.out
+    assert "WARNING: APP APPROVAL IS OFF" in captured.err
+    both = [*NODE, "--no-app-approval", "--approved-apps", str(listed)]
+    assert main(both) == 2
+    assert "contradict" in capsys.readouterr().err
+    listed.write_text("- not a mapping\n")
+    assert main(NODE) == 2  # a broken list stops the node before it starts
+    assert "approved apps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "value"),
+    [
+        (["flower", "superlink", "--insecure"], "--port", "0"),
+        (["flower", "superlink", "--insecure"], "--port", "70000"),
+        (NODE, "--port", "-1"),
+        (NODE, "--dp-clipping-norm", "0"),
+        (NODE, "--dp-epsilon", "nan"),
+        (NODE, "--dp-delta", "-0.1"),
+        (NODE, "--dp-sensitivity", "inf"),
+    ],
+)
+def test_a_meaningless_number_is_a_usage_error_naming_the_option(
+    capsys: pytest.CaptureFixture[str], argv: list[str], option: str, value: str
+) -> None:
+    from fedpath.cli import build_parser
+
+    with pytest.raises(SystemExit) as err:
+        build_parser().parse_args([*argv, option, value])
+    assert err.value.code == 2
+    assert f"argument {option}: expected" in capsys.readouterr().err

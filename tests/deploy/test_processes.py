@@ -44,3 +44,17 @@ def test_node_config_is_one_flower_argument() -> None:
     assert arg == 'client-id="h/c0" threads=2 x=true'
     with pytest.raises(processes.DeployError, match="cannot carry quotes"):
         processes.node_config_arg({"data-params": "{a: 'b'}"})
+
+
+def test_app_approval_runs_the_node_through_fedpath(tmp_path: Path) -> None:
+    listed = tmp_path / "approved_apps.yaml"
+    cmd = processes.supernode_command(
+        "127.0.0.1:9",
+        9094,
+        {"client-id": "h/c0"},
+        poll_interval=None,
+        approved_apps=listed,
+    )
+    assert cmd[1:3] == ["-m", "fedpath.deploy.node"]
+    assert cmd[cmd.index("--approved-apps") + 1] == str(listed)
+    assert cmd.index("--approved-apps") < cmd.index("--")

@@ -133,7 +133,7 @@ def test_a_node_whose_worker_is_down_says_so(
     cfg = config(tmp_path)
     msg = stage_message(cfg, Payload({"weights": {}}))
     missing = tmp_path / "gone.sock"
-    nc = {"client-id": "hospital_0/c0", "worker": str(missing)}
+    nc: dict[str, Any] = {"client-id": "hospital_0/c0", "worker": str(missing)}
     reason = _reason(msg, Context(1, 7, nc, RecordDict(), {RC_CONFIG: cfg.to_yaml()}))
     assert reason.startswith("client hospital_0/c0 (node 7): the node's worker at ")
     assert "is not running" in reason and "fedpath flower supernode" in reason
@@ -173,7 +173,9 @@ def test_cli_supernode_runs_with_a_worker_unless_told_not_to(
     assert "-m fedpath.deploy.node" in cmd
     assert f"--socket {sock} --poll-interval 0.2 --" in cmd
     assert f'worker="{sock}"' in cmd
-    assert main([*base, "--no-worker", "--poll-interval", "0"]) == 0
+    assert (
+        main([*base, "--no-worker", "--poll-interval", "0", "--no-app-approval"]) == 0
+    )
     plain = capsys.readouterr().out
     assert "flower-supernode --superlink 10.0.0.1:9092" in plain
     assert "worker" not in plain and "fedpath.deploy.node" not in plain
@@ -239,3 +241,21 @@ def test_a_silent_connection_does_not_block_the_worker() -> None:
     # stopping removes the socket and its key
     assert not sock.exists() and not worker_protocol.key_path(sock).exists()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_worker_refused_its_folder_exits_with_the_code_the_node_stops_on(
+    tmp_path: Path,
+) -> None:
+    """The node restarts a worker that exits, except with this code (its socket
+    folder is refused: a restart cannot help)."""
+    import signal
+
+    from fedpath.deploy.node import REFUSED
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert worker.main(["--socket", str(not_a_folder / "w.sock")]) == REFUSED
+    finally:
+        signal.signal(signal.SIGTERM, before)

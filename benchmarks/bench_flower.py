@@ -37,7 +37,12 @@ from _common import setup_threads
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.deploy import flwr_cli, processes
 from fedpath.runtime.experiment import run_dir_for, run_experiment
-from fedpath.runtime.flower import RC_CONFIG, RC_REPLY_TIMEOUT, RC_WAIT_NODES
+from fedpath.runtime.flower import (
+    RC_CONFIG,
+    RC_REPLY_TIMEOUT,
+    RC_SELF_DECLARED,
+    RC_WAIT_NODES,
+)
 from fedpath.utils.io import read_jsonl
 
 CLIENTS = ["hospital_0/c0", "hospital_1/c0"]
@@ -165,7 +170,12 @@ def flower_run(
             app,
             "bench",
             home,
-            {RC_CONFIG: cfg.to_yaml(), RC_REPLY_TIMEOUT: 600.0, RC_WAIT_NODES: 120.0},
+            {
+                RC_CONFIG: cfg.to_yaml(),
+                RC_REPLY_TIMEOUT: 600.0,
+                RC_WAIT_NODES: 120.0,
+                RC_SELF_DECLARED: True,  # a benchmark on loopback: no node keys
+            },
         )
         processes.wait_for(
             lambda: (run_dir / "config.yaml").is_file(),

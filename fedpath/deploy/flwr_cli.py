@@ -57,8 +57,10 @@ reply-timeout = 600.0
 wait-nodes = 120.0
 # "continue": a failed client is left out of the stage; "stop": stop the run
 on-failure = "continue"
-# client id -> public key (YAML) that must sign the node's hello; "": none
+# client id -> public key (YAML) that must sign the node's hello; required
+# unless allow-self-declared-ids = true (then any node may claim any client id)
 client-registry = ""
+allow-self-declared-ids = false
 # "secaggplus": the fit stage through Flower's SecAgg+ (docs/flower.md); "none"
 secure-aggregation = "none"
 # SecAgg+: share of the clients (or a count) holding shares of each secret
@@ -142,50 +144,66 @@ def run_config_file(values: Mapping[str, Any], folder: Path) -> Path:
 
 
 def start_run(
-    app: Path, connection: str, home: Path, run_config: Mapping[str, Any]
+    app: Path,
+    connection: str | None,
+    home: Path,
+    run_config: Mapping[str, Any],
+    folder: Path | None = None,
 ) -> int:
-    """``flwr run APP CONNECTION --run-config FILE``; return the run id."""
-    cfg_file = run_config_file(run_config, home / "run-configs")
-    res = flwr(
-        [
-            "run",
-            str(app),
-            connection,
-            "--run-config",
-            str(cfg_file),
-            "--format",
-            "json",
-        ],
-        home,
-    )
+    """``flwr run APP [CONNECTION] --run-config FILE``; return the run id.
+
+    ``connection``: None for the flwr CLI's default one; ``folder``: where the
+    run-config file is written (default ``home/run-configs``).
+    """
+    cfg_file = run_config_file(run_config, folder or home / "run-configs")
+    args = ["run", str(app), *_conn(connection), "--run-config", str(cfg_file)]
+    res = flwr([*args, "--format", "json"], home)
     try:
         return int(json.loads(res.stdout[res.stdout.index("{") :])["run-id"])
     except (ValueError, KeyError, TypeError):
         raise DeployError(f"flwr run: no run id in its output:\n{res.stdout}") from None
 
 
-def run_status(run_id: int, connection: str, home: Path) -> str:
-    """The run's status as ``flwr ls`` reports it (e.g. ``running``, ``finished``)."""
-    res = flwr(["ls", connection, "--run-id", str(run_id), "--format", "json"], home)
-    data = json.loads(res.stdout[res.stdout.index("{") :])
-    runs = data.get("runs", [])
+def _conn(connection: str | None) -> list[str]:
+    return [] if connection is None else [connection]
+
+
+def run_info(run_id: int, connection: str | None, home: Path) -> dict[str, str]:
+    """The run as ``flwr ls --run-id`` reports it: ``status`` (``pending``,
+    ``starting``, ``running``, or ``finished:completed``, ``finished:failed``,
+    ``finished:stopped``) and ``status-details`` (for a ServerApp that raised:
+    ``ServerApp failed with exception: <its message>``)."""
+    args = ["ls", *_conn(connection), "--run-id", str(run_id), "--format", "json"]
+    res = flwr(args, home)
+    try:
+        data = json.loads(res.stdout[res.stdout.index("{") :])
+        runs = data.get("runs", [])
+    except (ValueError, AttributeError):
+        raise DeployError(f"flwr ls: unreadable output:\n{res.stdout}") from None
     if not runs:
         raise DeployError(f"flwr ls: run {run_id} unknown:\n{res.stdout}")
-    return str(runs[0].get("status", ""))
+    return {k: str(v) for k, v in runs[0].items()}
+
+
+def run_status(run_id: int, connection: str | None, home: Path) -> str:
+    """The run's status as ``flwr ls`` reports it (e.g. ``running``,
+    ``finished:completed``; :func:`run_info`)."""
+    return run_info(run_id, connection, home).get("status", "")
 
 
 def wait_run(
     run_id: int,
-    connection: str,
+    connection: str | None,
     home: Path,
-    timeout: float,
+    timeout: float | None,
     done: Callable[[], bool] | None = None,
     poll: float = 3.0,
 ) -> str:
-    """Wait until the run leaves pending/starting/running (or ``done()`` holds)."""
-    deadline = time.monotonic() + timeout
+    """Wait until the run leaves pending/starting/running (or ``done()`` holds);
+    ``timeout`` None: as long as it takes."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     status = ""
-    while time.monotonic() < deadline:
+    while deadline is None or time.monotonic() < deadline:
         if done is not None and done():
             return "done"
         status = run_status(run_id, connection, home)
@@ -193,3 +211,18 @@ def wait_run(
             return status
         time.sleep(poll)
     raise DeployError(f"run {run_id} still {status!r} after {timeout:g} s")
+
+
+def run_failure(info: Mapping[str, str]) -> str | None:
+    """Why a finished run did not complete (None: it completed): the ServerApp's
+    error line where Flower recorded one, else the status."""
+    status = info.get("status", "")
+    if status == "finished:completed":
+        return None
+    details = " ".join(info.get("status-details", "").split())
+    if details == "N/A":  # flwr ls's word for no details
+        details = ""
+    prefix = "ServerApp failed with exception: "
+    if details.startswith(prefix):
+        details = details[len(prefix) :]
+    return f"{status}: {details}" if details else status

@@ -17,9 +17,11 @@ from fedpath.runtime.flower import (
     RC_REGISTRY,
     RC_REPLY_TIMEOUT,
     RC_RESUME,
+    RC_SELF_DECLARED,
     RC_WAIT_NODES,
 )
-from fedpath.utils.cli_args import SubParsers, add_overrides
+from fedpath.schema import ConfigError
+from fedpath.utils.cli_args import SubParsers, add_overrides, positive_number
 
 #: ``fedpath flower run`` options for SecAgg+: option name = run-config key.
 SECAGG_OPTIONS: tuple[Option, ...] = (
@@ -42,28 +44,44 @@ def register_run(fsub: SubParsers) -> None:
         "run",
         help="run a fedpath experiment on the federation",
         description="Resolve CONFIG (+ key=value overrides), put it in the run "
-        "config and `flwr run` the fedpath app on a SuperLink connection. Results "
-        "are written on the coordinator under the config's output_dir.",
+        "config, `flwr run` the fedpath app on a SuperLink connection and wait "
+        "until the run ends: exit 0 if it completed, 1 (with the reason) if it "
+        "failed or was stopped. Results are written on the coordinator under the "
+        "config's output_dir.",
     )
     run.add_argument("config", type=Path)
     add_overrides(run)
     run.add_argument("--connection", help="flwr SuperLink connection (default one)")
     run.add_argument("--resume", action="store_true", help="continue a crashed run")
-    run.add_argument("--reply-timeout", type=float, default=600.0, help="s per stage")
     run.add_argument(
-        "--wait-nodes", type=float, default=120.0, help="s to wait for the nodes"
+        "--reply-timeout", type=positive_number, default=600.0, help="s per stage"
+    )
+    run.add_argument(
+        "--wait-nodes",
+        type=positive_number,
+        default=120.0,
+        help="s to wait for the nodes",
     )
     run.add_argument("--on-failure", choices=["continue", "stop"], default="continue")
-    run.add_argument(
+    ids = run.add_mutually_exclusive_group()
+    ids.add_argument(
         "--registry",
         type=Path,
-        help="YAML 'client id: public key file' (each node must sign its hello "
-        "with the key registered for the client id it claims; default: ids are "
-        "self-declared)",
+        help="YAML 'client id: public key file' (required): each node must sign "
+        "its hello with the key registered for the client id it claims",
+    )
+    ids.add_argument(
+        "--allow-self-declared-ids",
+        action="store_true",
+        help="run without a registry: accept the client id each node declares "
+        "(any node may claim any id; logged as a warning and in results.jsonl)",
     )
     _add_secagg(run)
     run.add_argument("--app", type=Path, help="Flower app folder (default: written)")
     run.add_argument("--stream", action="store_true", help="follow the run's logs")
+    run.add_argument(
+        "--detach", action="store_true", help="start the run and return at once"
+    )
     run.add_argument("--dry-run", action="store_true", help="print the run config")
 
 
@@ -84,32 +102,61 @@ def _add_secagg(run: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the app and the run config, then ``flwr run`` them (with
-    ``--dry-run``: print the run config only); flwr's exit code."""
-    from fedpath.deploy.flwr_cli import flwr, run_config_file, write_app
+    """Write the app and the run config, start the run and wait for its end (with
+    ``--dry-run``: print the run config only; ``--detach``: return once started).
+
+    Exit 0 if the run completed, 1 if it failed or was stopped (the reason, the
+    ServerApp's error line, goes to stderr).
+    """
+    from fedpath.deploy.flwr_cli import run_config_file, start_run, write_app
 
     values = _run_config(args)
+    home = flwr_home()
     with tempfile.TemporaryDirectory(prefix="fedpath-flower-") as tmp:
         app = args.app or write_app(Path(tmp) / "app")
-        toml = run_config_file(values, Path(tmp))
         if args.dry_run:
-            print(toml.read_text())
+            print(run_config_file(values, Path(tmp)).read_text())
             return 0
-        flwr_args = ["run", str(app)]
-        if args.connection:
-            flwr_args.append(args.connection)
-        flwr_args += ["--run-config", str(toml)]
-        if args.stream:
-            from fedpath.deploy.processes import flower_bin, flower_env
+        run_id = start_run(app, args.connection, home, values, folder=Path(tmp))
+    if args.detach:
+        print(f"run {run_id} started; `flwr ls --run-id {run_id}` says how it ends")
+        return 0
+    print(f"run {run_id} started; waiting for it to end", file=sys.stderr)
+    try:
+        return _outcome(run_id, args.connection, home, args.stream)
+    except KeyboardInterrupt:  # the run itself goes on, on the SuperLink
+        print(
+            f"stopped waiting; run {run_id} goes on (`flwr ls --run-id {run_id}` "
+            f"says how it ends, `flwr stop {run_id}` stops it)",
+            file=sys.stderr,
+        )
+        return 130
 
-            cmd = [flower_bin("flwr"), *flwr_args, "--stream"]
-            return subprocess.run(
-                cmd, env=flower_env(flwr_home()), check=False
-            ).returncode
-        res = flwr(flwr_args, flwr_home(), check=False)
-        sys.stdout.write(res.stdout)
-        sys.stderr.write(res.stderr)
-        return res.returncode
+
+def _outcome(run_id: int, connection: str | None, home: Path, stream: bool) -> int:
+    """Wait for run ``run_id`` to finish (following its logs with ``stream``);
+    0 if it completed, else 1 with the reason on stderr."""
+    from fedpath.deploy.flwr_cli import run_failure, run_info, wait_run
+
+    if stream:  # `flwr log` follows the logs until the run ends
+        from fedpath.deploy.processes import flower_bin, flower_env
+
+        cmd = [flower_bin("flwr"), "log", str(run_id)]
+        subprocess.run(
+            cmd + ([connection] if connection else []),
+            env=flower_env(home),
+            check=False,
+        )
+    wait_run(run_id, connection, home, timeout=None)
+    reason = run_failure(run_info(run_id, connection, home))
+    if reason is None:
+        print(f"run {run_id} finished:completed", file=sys.stderr)
+        return 0
+    print(
+        f"error: run {run_id} {reason} (its log: `flwr log {run_id} --show`)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _run_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -141,10 +188,29 @@ def _run_config(args: argparse.Namespace) -> dict[str, Any]:
                 values[key] = option(args, key)
         SecAggSettings.from_run_config(values)  # refuse bad values before the run
         check_algorithm(cfg)
+    values.update(_identity(args))
+    return values
+
+
+def _identity(args: argparse.Namespace) -> dict[str, Any]:
+    """The run-config keys that say how nodes prove their client ids: the
+    registry (read and checked here), or the explicit opt-out."""
     if args.registry is not None:
         import yaml
 
         from fedpath.runtime.flower.identity import load_registry
 
-        values[RC_REGISTRY] = yaml.safe_dump(load_registry(args.registry), width=10**6)
-    return values
+        registry = load_registry(args.registry)
+        return {RC_REGISTRY: yaml.safe_dump(registry, width=10**6)}
+    if not args.allow_self_declared_ids:
+        raise ConfigError(
+            "fedpath flower run: --registry clients.yaml is required (client id -> "
+            "node public key; docs/flower.md, 'the client registry'): without it "
+            "any node could claim any hospital's client id. To accept the ids the "
+            "nodes declare, pass --allow-self-declared-ids"
+        )
+    print(
+        "warning: --allow-self-declared-ids: any node may claim any client id",
+        file=sys.stderr,
+    )
+    return {RC_SELF_DECLARED: True}

@@ -6,9 +6,10 @@ Two layers:
   Flower's wire serialization, to the real ClientApp with one Context per node
   (FlowerRun, the records and the ClientApp, without processes or sockets);
 - slow: Flower's deployment engine itself, a SuperLink and SuperNodes started as
-  subprocesses on free ports (insecure, nodes with fedpath's persistent worker;
-  TLS + SuperNode authentication, plain Flower nodes), runs launched with
-  ``flwr run``, a node killed mid-run.
+  subprocesses on free ports (insecure, nodes with fedpath's persistent worker and
+  self-declared client ids; TLS + SuperNode authentication + the client registry,
+  plain Flower nodes), runs launched with ``flwr run``, a node killed mid-run, a
+  failed run's exit status through ``fedpath flower run``.
 
 Equality is bit-exact (``torch.equal`` on every entry of the final global state,
 identical evaluation records): the client halves run the same code on the same
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 pytest.importorskip("flwr")
 
@@ -47,10 +49,13 @@ from fedpath.runtime.flower import (
     META,
     PROTOCOL,
     RC_CONFIG,
+    RC_REGISTRY,
     RC_REPLY_TIMEOUT,
+    RC_SELF_DECLARED,
     RC_WAIT_NODES,
 )
 from fedpath.runtime.flower.client_app import app as client_app
+from fedpath.runtime.flower.identity import NC_IDENTITY_KEY
 from fedpath.runtime.flower.nodes import FlowerSettings
 from fedpath.runtime.flower.records import payload_to_records
 from fedpath.runtime.flower.server_app import run_federation
@@ -421,6 +426,9 @@ class Federation:
     app: Path
     connection: str
     services: list[processes.Service]
+    #: client id -> public key line when the nodes sign their hellos (keys
+    #: given to start_federation); None: the runs allow self-declared ids
+    registry: dict[str, str] | None = None
 
     def run(
         self, cfg: ExperimentConfig, timeout: float = 300.0, **run_config: Any
@@ -429,6 +437,7 @@ class Federation:
             RC_CONFIG: cfg.to_yaml(),
             RC_REPLY_TIMEOUT: 120.0,
             RC_WAIT_NODES: 60.0,
+            **self.identity(),
             **run_config,
         }
         run_id = flwr_cli.start_run(self.app, self.connection, self.home, values)
@@ -446,6 +455,12 @@ class Federation:
             f"{run_logs(run_id, self.connection, self.home)[-4000:]}"
         )
         return run_id
+
+    def identity(self) -> dict[str, Any]:
+        """The run-config keys of the client ids: the registry, or the opt-out."""
+        if self.registry is None:
+            return {RC_SELF_DECLARED: True}
+        return {RC_REGISTRY: yaml.safe_dump(self.registry, width=10**6)}
 
     def stop(self) -> None:
         for svc in reversed(self.services):
@@ -477,15 +492,20 @@ def start_federation(
         )
         for i, cid in enumerate(clients):
             key = None
+            node_config = {"client-id": cid}
             if keys is not None:
                 key, public = keys[cid]
                 register_node(public, "test", fed.home)
+                # the node signs its hellos with its key: the runs use a registry
+                node_config[NC_IDENTITY_KEY] = str(key)
+                fed.registry = fed.registry or {}
+                fed.registry[cid] = public.read_text().strip()
             fed.services.append(
                 processes.start_supernode(
                     root,
                     f"node{i}",
                     address,
-                    {"client-id": cid},
+                    node_config,
                     tls.ca_cert if tls is not None else None,
                     key,
                     worker=worker,
@@ -521,6 +541,32 @@ def test_deployment_equals_in_process(
 
 
 @pytest.mark.slow
+def test_a_failed_run_exits_1_with_the_servers_reason(
+    federation: Federation,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``fedpath flower run`` over real processes: every node's policy refuses
+    the run (the default policy serves no algorithm that uploads raw data), the
+    ServerApp fails, and the command exits 1 with its reason (it used to exit 0
+    as soon as the run was started)."""
+    from fedpath.cli import main
+
+    cfg = config(tmp_path / "flower", "algorithm.name=central_supervised")
+    path = tmp_path / "refused.yaml"
+    path.write_text(cfg.to_yaml())
+    monkeypatch.setenv("FLWR_HOME", str(federation.home))
+    argv = ["flower", "run", str(path), "--connection", "test", "--wait-nodes", "5"]
+    assert main([*argv, "--allow-self-declared-ids", "--stream"]) == 1
+    err = capsys.readouterr().err
+    assert "finished:failed: no node serves this run: their node policies refuse" in (
+        err
+    ), err
+    assert "central_supervised" in err
+
+
+@pytest.mark.slow
 def test_node_killed_mid_run(federation: Federation, tmp_path: Path) -> None:
     """The round completes with the remaining node after reply-timeout."""
     cfg = config(tmp_path / "flower", "train.min_replies=1")
@@ -532,6 +578,7 @@ def test_node_killed_mid_run(federation: Federation, tmp_path: Path) -> None:
         )
 
     values = {RC_CONFIG: cfg.to_yaml(), RC_REPLY_TIMEOUT: 45.0, RC_WAIT_NODES: 60.0}
+    values.update(federation.identity())
     run_id = flwr_cli.start_run(federation.app, "test", federation.home, values)
     processes.wait_for(round_one_done, 240, "round 1 of the run", federation.services)
     doomed = federation.services[2]  # serves hospital_1/c0

@@ -62,6 +62,8 @@ RC_WAIT_NODES = "wait-nodes"
 RC_ON_FAILURE = "on-failure"
 #: client id -> the OpenSSH public key that must sign its hellos (YAML mapping)
 RC_REGISTRY = "client-registry"
+#: true: run without a registry, the nodes declare their client ids (logged)
+RC_SELF_DECLARED = "allow-self-declared-ids"
 
 #: Node-config keys (``flower-supernode --node-config``).
 NC_CLIENT = "client-id"

@@ -31,6 +31,10 @@ node-config key               meaning
 Any failure (a config it cannot parse, a missing data folder, other classes than
 the federation's, a payload that does not fit the model) becomes an error reply
 whose reason names the client and the node, so it reaches the coordinator's log.
+What leaves the node is a fedpath error's one line (it names the file and the
+problem, never the file's content); any other exception leaves as its type only,
+its text and traceback stay in the node's log
+(:func:`~.node_context.public_reason`).
 Reading the node and run config and the error reply are :mod:`.node_context`;
 finding the node's client in its data, :mod:`.node_data`.
 
@@ -65,6 +69,7 @@ from flwr.clientapp.mod import LocalDpMod
 from flwr.clientapp.typing import ClientAppCallable
 
 from fedpath.config import ConfigError, ExperimentConfig
+from fedpath.runtime.divergence import local_loss_diverged
 from fedpath.runtime.flower import (
     EVALUATE_STAGE,
     META,
@@ -171,7 +176,10 @@ def handle_content(content: RecordDict, context: Context) -> RecordDict:
         share = policy.share_validation_predictions
         reply = validation_reply(task, seed, client.validation, payload, share)
     else:
-        reply = half.handle(stage, payload, state)
+        try:
+            reply = half.handle(stage, payload, state)
+        except FloatingPointError as err:  # the local loop's non-finite loss
+            raise local_loss_diverged(cfg.train, rnd, cid, err) from None
     check_reply(policy, cfg, stage, reply, getattr(dataset, "image_size", None))
     clear_records(context.state, prefix)
     payload_to_records(state, context.state, prefix)
@@ -271,7 +279,19 @@ def local_dp_mod(
     return reply
 
 
-app = ClientApp()
+def _errors_stay_on_node(
+    msg: Message, context: Context, call_next: ClientAppCallable
+) -> Message:
+    # outermost mod: an exception that escapes a handler or a mod would reach
+    # the coordinator as Flower's own reason (the exception's full text, which
+    # may quote data); here it becomes error_reply's public reason
+    try:
+        return call_next(msg, context)
+    except Exception as err:
+        return error_reply(msg, context, err)
+
+
+app = ClientApp(mods=[_errors_stay_on_node])
 
 
 @app.query("hello")

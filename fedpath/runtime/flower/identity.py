@@ -24,7 +24,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -77,32 +77,28 @@ def verify_hello(public_key: str, nonce: str, client_id: str, signature: str) ->
 
 
 def load_registry(path: Path) -> dict[str, str]:
-    """client id -> OpenSSH public key line, from a registry file (module docstring)."""
+    """client id -> OpenSSH public key line, from a registry file (module docstring).
+
+    Every problem is a ConfigError naming the file, the client id and what was
+    expected: a missing or unreadable file, a key given twice, an id that is not
+    text, a value that is neither a key file nor an OpenSSH public key, two ids
+    sharing one key.
+    """
     from fedpath.utils.yaml_io import read_yaml_mapping
 
     where = f"client registry {str(path)!r}"
     expected = "a mapping 'client id: public key file'"
     raw = read_yaml_mapping(path, "client registry", expected)
     if not raw:
-        raise ConfigError(f"{where}: expected {expected}")
+        raise ConfigError(f"{where}: expected {expected}, got an empty file")
     out: dict[str, str] = {}
     for cid, value in raw.items():
-        text = str(value).strip()
-        if not text.startswith(("ecdsa-", "ssh-")):
-            key_file = (path.parent / text).expanduser()
-            if not key_file.is_file():
-                raise ConfigError(
-                    f"{where}: client {cid!r}: public key file {str(key_file)!r} "
-                    "does not exist"
-                )
-            text = key_file.read_text().strip().splitlines()[0]
-        try:
-            serialization.load_ssh_public_key(text.encode())
-        except ValueError as err:
+        if not isinstance(cid, str) or not cid.strip() or cid != cid.strip():
             raise ConfigError(
-                f"{where}: client {cid!r}: not an OpenSSH public key: {err}"
-            ) from None
-        out[str(cid)] = text
+                f"{where}: {cid!r} is not a client id; expected text such as "
+                "'hospital_0/c0'"
+            )
+        out[cid] = _public_key(path, where, cid, value)
     keys = [" ".join(k.split()[:2]) for k in out.values()]
     shared = sorted({k for k in keys if keys.count(k) > 1})
     if shared:
@@ -112,3 +108,40 @@ def load_registry(path: Path) -> dict[str, str]:
             "its own node key"
         )
     return out
+
+
+def _public_key(path: Path, where: str, cid: str, value: object) -> str:
+    """The OpenSSH public key line a registry entry names (the line itself, or a
+    key file relative to the registry); errors name the entry, never the key
+    file's content."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(
+            f"{where}: client {cid!r}: expected a public key file (or an OpenSSH "
+            f"public key line), got {type(value).__name__}"
+        )
+    text = value.strip()
+    shown = "the key"
+    if not text.startswith(("ecdsa-", "ssh-")):
+        key_file = (path.parent / text).expanduser()
+        shown = f"public key file {str(key_file)!r}"
+        if not key_file.is_file():
+            state = "is not a file" if key_file.exists() else "does not exist"
+            raise ConfigError(f"{where}: client {cid!r}: {shown} {state}")
+        try:
+            lines = key_file.read_text(encoding="utf-8").strip().splitlines()
+        except UnicodeDecodeError:
+            lines = []  # binary: not an OpenSSH public key either
+        except OSError as err:
+            raise ConfigError(
+                f"{where}: client {cid!r}: {shown} cannot be read: {err.strerror}"
+            ) from None
+        text = lines[0].strip() if lines else ""
+    try:
+        serialization.load_ssh_public_key(text.encode())
+    except (ValueError, UnsupportedAlgorithm):
+        raise ConfigError(
+            f"{where}: client {cid!r}: {shown} is not an OpenSSH public key "
+            "(expected one line such as 'ecdsa-sha2-nistp384 AAAA...', as "
+            "`fedpath flower keys` writes to NAME.pub)"
+        ) from None
+    return text

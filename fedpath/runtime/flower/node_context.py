@@ -22,6 +22,7 @@ from flwr.app import Context, Error, Message
 from flwr.common.constant import ErrorCode
 
 from fedpath.config import ConfigError, ExperimentConfig, build_config
+from fedpath.errors import FedpathError
 from fedpath.runtime.flower import (
     NC_CLIENT,
     NC_DATA_NAME,
@@ -36,7 +37,7 @@ from fedpath.runtime.flower import (
 log = logging.getLogger("fedpath")
 
 
-class NodeError(RuntimeError):
+class NodeError(FedpathError, RuntimeError):
     """A node that cannot serve the message (its config, data or the header)."""
 
 
@@ -106,7 +107,7 @@ def node_experiment(context: Context) -> ExperimentConfig:
     if NC_DEVICE in nc:
         overrides["runtime.device"] = str(nc[NC_DEVICE])
     if NC_THREADS in nc:
-        overrides["runtime.threads"] = int(nc[NC_THREADS])
+        overrides["runtime.threads"] = _node_int(nc, NC_THREADS)
     # where this node caches its encoded images (train.cache_features) is the
     # node's choice, never the coordinator's
     overrides["runtime.feature_cache"] = str(node_feature_cache(nc))
@@ -114,6 +115,20 @@ def node_experiment(context: Context) -> ExperimentConfig:
         return cfg.replace(**overrides) if overrides else cfg
     except ConfigError as err:
         raise ConfigError(f"node config: {err}") from None
+
+
+def _node_int(nc: Mapping[str, Any], key: str) -> int:
+    """Node config ``key`` as a whole number >= 0 (a ConfigError naming it)."""
+    value = nc[key]
+    try:
+        number = int(str(value))
+    except ValueError:
+        number = -1
+    if isinstance(value, bool) or number < 0:
+        raise ConfigError(
+            f"node config {key!r}: expected a whole number >= 0, got {value!r}"
+        )
+    return number
 
 
 def node_feature_cache(nc: Mapping[str, Any]) -> Path:
@@ -125,14 +140,41 @@ def node_feature_cache(nc: Mapping[str, Any]) -> Path:
     return Path(base) / "fedpath" / "features"
 
 
+#: longest reason that leaves the node (a fedpath error is one short line)
+MAX_REASON = 1000
+
+
+def public_reason(err: BaseException) -> str:
+    """What may leave the node about ``err``: a fedpath error's one line
+    (``ExceptionType: message``), else only the type and a generic line.
+
+    Never a traceback or local values: the detail goes to the node's own log.
+    """
+    from fedpath.runtime.flower.worker_protocol import WorkerError
+
+    if isinstance(err, WorkerError):  # already a public reason, from the worker
+        text = str(err)
+    elif isinstance(err, FedpathError):
+        # fedpath writes these messages itself (file, key or option and the
+        # problem, never a file's content); any other exception's text may quote
+        # data (a library's parse error shows the line it failed on)
+        text = f"{type(err).__name__}: {err}"
+    else:
+        text = (
+            f"{type(err).__name__} (not a fedpath error: its text stays on the "
+            "node; the node's log has the details)"
+        )
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+
+
 def error_reply(msg: Message, context: Context, err: Exception) -> Message:
-    """An error reply whose reason names the client and the node."""
+    """An error reply whose reason names the client and the node, and the
+    problem as :func:`public_reason` lets it leave the node."""
     cid = context.node_config.get(NC_CLIENT, "?")
-    # a worker's error already reads "ExceptionType: message"
-    remote = type(err).__name__ == "WorkerError"
-    what = str(err) if remote else f"{type(err).__name__}: {err}"
-    reason = f"client {cid} (node {context.node_id}): {what}"
-    log.error("%s", reason, exc_info=err)
+    where = f"client {cid} (node {context.node_id})"
+    log.error("%s: %s: %s", where, type(err).__name__, err, exc_info=err)
+    reason = f"{where}: {public_reason(err)}"
     return Message(
         Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason),
         reply_to=msg,

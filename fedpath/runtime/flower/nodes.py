@@ -27,6 +27,7 @@ from fedpath.runtime.flower import (
     RC_REGISTRY,
     RC_REPLY_TIMEOUT,
     RC_RESUME,
+    RC_SELF_DECLARED,
     RC_WAIT_NODES,
 )
 from fedpath.runtime.flower.records import RecordError, header_int, header_str
@@ -46,6 +47,9 @@ class FlowerSettings:
     #: client id -> public key (OpenSSH line) that must sign the node's hello;
     #: None: client ids are self-declared (:mod:`.identity`)
     registry: Mapping[str, str] | None = field(default=None, compare=False)
+    #: the run config allows self-declared ids (``allow-self-declared-ids``);
+    #: :meth:`check_client_ids` refuses a run with neither this nor a registry
+    self_declared: bool = False
     #: SecAgg+ on the fit stage (run config ``secure-aggregation``); None: off
     secagg: SecAggSettings | None = None
 
@@ -69,23 +73,55 @@ class FlowerSettings:
                 f"Flower run config {RC_ON_FAILURE!r}: expected 'continue' or 'stop', "
                 f"got {on_failure!r}"
             )
-        registry = None
-        if rc.get(RC_REGISTRY):
-            raw = yaml.safe_load(str(rc[RC_REGISTRY]))
-            if not isinstance(raw, Mapping) or not raw:
-                raise ConfigError(
-                    f"Flower run config {RC_REGISTRY!r}: expected a mapping "
-                    "'client id: public key'"
-                )
-            registry = {str(k): str(v) for k, v in raw.items()}
+        registry = _registry(rc)
+        self_declared = rc.get(RC_SELF_DECLARED, False)
+        if not isinstance(self_declared, bool):
+            raise ConfigError(
+                f"Flower run config {RC_SELF_DECLARED!r}: expected true or false"
+            )
         return cls(
             resume=bool(rc.get(RC_RESUME, False)),
             reply_timeout=number(RC_REPLY_TIMEOUT, cls.reply_timeout),
             wait_nodes=number(RC_WAIT_NODES, cls.wait_nodes),
             on_failure=on_failure,
             registry=registry,
+            self_declared=self_declared,
             secagg=SecAggSettings.from_run_config(rc),
         )
+
+    def check_client_ids(self) -> None:
+        """Refuse a run whose client ids nothing binds to node keys, unless the
+        run config opted in to self-declared ids."""
+        if self.registry is None and not self.self_declared:
+            raise ConfigError(
+                f"Flower run config: no {RC_REGISTRY!r} (client id -> node public "
+                "key), so any node could claim any hospital's client id; start the "
+                "run with `fedpath flower run --registry clients.yaml`, or set "
+                f"{RC_SELF_DECLARED!r} (--allow-self-declared-ids) to accept the "
+                "ids the nodes declare"
+            )
+
+
+def _registry(rc: Mapping[str, Any]) -> dict[str, str] | None:
+    """The run config's client registry (client id -> OpenSSH public key line),
+    None if it has none; a ConfigError naming the key if it is not one."""
+    text = rc.get(RC_REGISTRY)
+    if not text:
+        return None
+    where = f"Flower run config {RC_REGISTRY!r}"
+    try:
+        raw = yaml.safe_load(str(text))
+    except yaml.YAMLError:
+        raw = None  # the text is keys: say what was expected, not where it broke
+    if not isinstance(raw, Mapping) or not raw:
+        raise ConfigError(f"{where}: expected a mapping 'client id: public key'")
+    for cid, key in raw.items():
+        if not isinstance(cid, str) or not cid or not isinstance(key, str):
+            raise ConfigError(
+                f"{where}: expected client ids (text) mapped to public keys "
+                f"(text), got {type(cid).__name__} -> {type(key).__name__}"
+            )
+    return dict(raw)
 
 
 class NodeDirectory:
@@ -111,10 +147,13 @@ class NodeDirectory:
         self.unusable: set[int] = set()
         #: node -> the reason its node policy gave for refusing this run
         self.refused: dict[int, str] = {}
+        #: client id -> the nodes that claimed it at once (none of them is used)
+        self.contested: dict[str, list[int]] = {}
         if registry is None:
             log.warning(
-                "client ids are self-declared by the nodes: start runs with "
-                "--registry to bind each client id to its node's key"
+                "client ids are self-declared by the nodes "
+                "(allow-self-declared-ids): any node may claim any client id; "
+                "start runs with --registry to bind each client id to its node's key"
             )
 
     def refresh(self) -> dict[str, int]:
@@ -225,6 +264,7 @@ class NodeDirectory:
                     client,
                 )
                 self.unusable.add(node)
+                self.contested[client] = sorted([node, *rivals])
             else:
                 self.client_of[node] = client
                 log.info("node %d serves client %s", node, client)

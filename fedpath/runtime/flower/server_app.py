@@ -19,7 +19,10 @@ at the first failure (``on-failure = "stop"``).
 Run-config keys (``[tool.flwr.app.config]``, set by ``fedpath flower run``):
 ``fedpath-config`` (the resolved experiment YAML), ``resume``, ``reply-timeout``
 (seconds per stage), ``wait-nodes`` (seconds to wait at start for a node per
-client of the roster), ``on-failure``.
+client of the roster), ``on-failure``, ``client-registry`` (client id -> node
+public key, :mod:`.identity`) or ``allow-self-declared-ids = true``: a run with
+neither is refused. Two nodes claiming one client id stop the run (neither is
+used, and going on would leave that client out without a word).
 
 Client state: each node keeps its :class:`~fedpath.types.ClientState` in
 ``context.state`` for the duration of the Flower run. A coordinator checkpoint
@@ -117,6 +120,7 @@ def main(grid: Grid, context: Context) -> None:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
     settings = FlowerSettings.from_run_config(context.run_config)
+    settings.check_client_ids()  # a registry, or the explicit opt-out
     cfg = experiment_from_run_config(context.run_config)
     log.info(
         "experiment %s, algorithm %s, %d round(s); reply-timeout %g s, on-failure %s",

@@ -44,6 +44,7 @@ from fedpath.runtime.selection import (
 )
 from fedpath.runtime.transport import Exchanged
 from fedpath.types import ArrayDict, Payload
+from fedpath.utils.io import append_jsonl
 
 log = logging.getLogger("fedpath")
 
@@ -90,9 +91,21 @@ class FlowerTransport:
         while True:
             found = self.directory.refresh()
             nodes = {c: n for c, n in found.items() if c in roster}
-            if roster <= set(nodes) or time.monotonic() >= deadline:
+            contested = sorted(set(self.directory.contested) & (roster - set(nodes)))
+            if roster <= set(nodes) or contested or time.monotonic() >= deadline:
                 break
             time.sleep(0.5)
+        if contested:
+            # going on would silently leave that hospital out of the run
+            claims = "; ".join(
+                f"client {c} by nodes {self.directory.contested[c]}" for c in contested
+            )
+            raise RuntimeError(
+                f"the run stops: two or more nodes claim one client id ({claims}), "
+                "so none of them is used and the run would go on without that "
+                "client; bind client ids to node keys with --registry, or stop the "
+                "extra node"
+            )
         if not self._waited:
             self._waited = True
             self._first_look(roster, found, nodes)
@@ -122,7 +135,22 @@ class FlowerTransport:
     # ------------------------------------------------------------------ stages
 
     def begin_round(self, rnd: int) -> None:
+        if not self._waited:  # the first round of this Flower run
+            self._record_identity(rnd)
         self.discover()
+
+    def _record_identity(self, rnd: int) -> None:
+        """A ``kind: identity`` line in ``results.jsonl``: how this Flower run
+        tells which node serves which client (a registry of node keys, or ids
+        the nodes declare, which any node could claim)."""
+        registry = self.settings.registry
+        record = {
+            **self.run.log.labels,
+            "kind": "identity",
+            "round": rnd,
+            "client_ids": "self-declared" if registry is None else "registry",
+        }
+        append_jsonl(self.run.log.path, record)
 
     def exchange(
         self, stage: str, rnd: int, messages: Mapping[str, Payload]

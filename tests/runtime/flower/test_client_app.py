@@ -4,6 +4,7 @@ node; a resumed run finds the client state on the node's disk."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ from fedpath.runtime.flower.records import payload_to_records
 from fedpath.types import ClientState, Payload
 from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
     config,
+    nodes_for,
+    records,
+    run_over_grid,
     stage_message,
     task_identity,
     wire,
@@ -42,7 +46,8 @@ from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
         ({"data-params": "[1, 2]"}, {}, None, "expected a YAML mapping"),
         ({}, {"classes": ["benign", "malignant"]}, None, "classes ['normal', 'tum"),
         ({}, {}, {"conv1.weight": np.zeros((3, 3))}, "entries the model lacks"),
-        ({}, {}, "wrong-shape", "size mismatch"),
+        # torch's own error (not a fedpath one): its type only leaves the node
+        ({}, {}, "wrong-shape", "RuntimeError (not a fedpath error"),
         ({}, {"client": "hospital_1/c0"}, None, "the message is for hospital_1/c0"),
         ({}, {"protocol": 99}, None, "coordinator speaks protocol 99"),
         ({}, {"stage": "distill"}, None, "has no stage 'distill'"),
@@ -134,3 +139,81 @@ def test_a_resumed_run_restores_the_state_from_the_nodes_disk(tmp_path: Path) ->
     payload_to_records(live, running.state, state_prefix("hospital_2", 0))
     kept = restore_state(running, cfg, "h/c0", "hospital_2", 0, 2)
     np.testing.assert_array_equal(kept.arrays["local"]["w"], np.zeros(3))
+
+
+SECRET = "root:x:0:0:TOP-SECRET-FIRST-LINE"
+
+
+def test_a_nodes_data_error_reaches_the_coordinator_without_file_content(
+    tmp_path: Path,
+    task_identity: None,  # noqa: F811
+) -> None:
+    """A node whose manifest is some other file (here a passwd-like one): the
+    coordinator learns which file and what is wrong with it, never its lines."""
+    data = tmp_path / "node1"
+    data.mkdir()
+    (data / "passwd").write_text(f"{SECRET}\nbin:x:1:1::/bin:/usr/sbin/nologin\n")
+    cfg = config(tmp_path / "flower", "train.min_replies=1")
+    nodes = nodes_for("hospital_0/c0", "hospital_1/c0")
+    nodes[101].update(
+        {
+            "data-name": "manifest",
+            "data-root": str(data),
+            "data-params": "{path: passwd}",
+        }
+    )
+    run_over_grid(cfg, nodes)  # goes on with hospital_0 (min_replies=1)
+    failures = records(cfg, "failure")
+    assert failures and {f["client"] for f in failures} == {"hospital_1/c0"}
+    for failure in failures:
+        reason = failure["reason"]
+        assert "DataError: manifest" in reason and "passwd" in reason, reason
+        assert SECRET not in reason and "root:x" not in reason
+
+
+def test_a_non_fedpath_error_leaves_the_node_as_its_type_only(
+    tmp_path: Path,
+    task_identity: None,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import fedpath.runtime.flower.client_app as client_app_module
+
+    def leaky(cfg: Any) -> Any:
+        secret = SECRET  # a local a traceback would show
+        raise ValueError(f"cannot parse {secret!r}")
+
+    monkeypatch.setattr(client_app_module, "node_dataset", leaky)
+    cfg = config(tmp_path / "flower")
+    nodes = nodes_for("hospital_0/c0", "hospital_1/c0")
+    with pytest.raises(RuntimeError, match="on-failure=stop") as err:
+        run_over_grid(cfg, nodes, on_failure="stop")
+    assert "ValueError (not a fedpath error" in str(err.value)
+    assert SECRET not in str(err.value)
+    (failure,) = records(cfg, "failure")
+    assert "ValueError (not a fedpath error" in failure["reason"]
+    assert SECRET not in failure["reason"]
+    assert SECRET in caplog.text  # on the node's own log only
+
+
+DIVERGE = ("train.optimizer=sgd", "train.lr=1e12", "train.schedule=constant")
+
+
+def test_a_diverging_node_sends_the_in_process_error_line(
+    tmp_path: Path,
+    task_identity: None,  # noqa: F811
+) -> None:
+    """A node whose local loss stops being finite answers with the in-process
+    run's RunError line (round, client, loss, setting), not an anonymous
+    FloatingPointError, and the coordinator stops with it."""
+    cfg = config(tmp_path / "flower", *DIVERGE)
+    nodes = nodes_for("hospital_0/c0", "hospital_1/c0")
+    with pytest.raises(RuntimeError, match="on-failure=stop") as err:
+        run_over_grid(cfg, nodes, on_failure="stop")
+    text = str(err.value)
+    expected = r"RunError: round 1: client hospital_\d/c0: local loss became "
+    assert re.search(expected, text), text
+    assert "the training diverged; lower train.lr (now 1e+12)" in text
+    assert "FloatingPointError" not in text
+    (failure,) = records(cfg, "failure")
+    assert re.search(expected, failure["reason"])

@@ -15,16 +15,20 @@ from flwr.app.user_config import UserConfig
 from flwr.common.constant import ErrorCode
 
 from fedpath.config import ConfigError, ExperimentConfig
+from fedpath.errors import DataError
 from fedpath.runtime.flower import META, PROTOCOL, RC_CONFIG
 from fedpath.runtime.flower.node_context import (
+    MAX_REASON,
     NodeError,
     error_reply,
     experiment_from_run_config,
     node_client_id,
     node_experiment,
     node_feature_cache,
+    public_reason,
     yaml_mapping,
 )
+from fedpath.runtime.flower.worker_protocol import WorkerError
 from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
     config,
     task_identity,
@@ -60,6 +64,20 @@ def test_node_data_params_must_be_a_yaml_mapping(tmp_path: Path) -> None:
     ctx = Context(1, 7, nc, RecordDict(), {RC_CONFIG: cfg.to_yaml()})
     with pytest.raises(ConfigError, match="node config 'data-params': expected a"):
         node_experiment(ctx)
+
+
+def test_node_threads_must_be_a_whole_number(tmp_path: Path) -> None:
+    """A bad ``threads`` used to be int()'s ValueError (now a fedpath error, so
+    its line may reach the coordinator)."""
+    cfg = config(tmp_path)
+    for bad in ("many", "-2", "1.5", True):
+        nc: UserConfig = {"client-id": "h/c0", "threads": bad}
+        ctx = Context(1, 7, nc, RecordDict(), {RC_CONFIG: cfg.to_yaml()})
+        with pytest.raises(ConfigError, match="node config 'threads': expected a wh"):
+            node_experiment(ctx)
+    nc = {"client-id": "h/c0", "threads": 3}
+    ctx = Context(1, 7, nc, RecordDict(), {RC_CONFIG: cfg.to_yaml()})
+    assert node_experiment(ctx).runtime.threads == 3
 
 
 def test_the_run_config_must_carry_the_experiment(tmp_path: Path) -> None:
@@ -108,18 +126,53 @@ def _message() -> Message:
     return msg
 
 
-def test_error_reply_names_client_and_node(task_identity: None) -> None:  # noqa: F811
+def test_error_reply_names_client_and_node(
+    task_identity: None,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     ctx = Context(1, 9, {"client-id": "h/c0"}, RecordDict(), {})
-    reply = error_reply(_message(), ctx, ValueError("bad"))
+    reply = error_reply(_message(), ctx, DataError("manifest '/d/m.csv': no rows"))
     assert reply.has_error()
     assert reply.error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
-    assert reply.error.reason == "client h/c0 (node 9): ValueError: bad"
-
-    class WorkerError(RuntimeError):  # a worker's reason already names its type
-        pass
-
-    remote = error_reply(_message(), ctx, WorkerError("KeyError: 'x'"))
-    assert remote.error.reason == "client h/c0 (node 9): KeyError: 'x'"
+    assert reply.error.reason == (
+        "client h/c0 (node 9): DataError: manifest '/d/m.csv': no rows"
+    )
+    remote = error_reply(_message(), ctx, WorkerError("DataError: no 'x'"))
+    assert remote.error.reason == "client h/c0 (node 9): DataError: no 'x'"
     nameless = Context(1, 9, {}, RecordDict(), {})
     reason = error_reply(_message(), nameless, NodeError("no id")).error.reason
     assert reason == "client ? (node 9): NodeError: no id"
+
+
+SECRET = "root:x:0:0:TOP-SECRET"
+
+
+def test_only_a_fedpath_errors_line_leaves_the_node(
+    task_identity: None,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another exception's text may quote data (a parser's error shows the line
+    it failed on): it leaves as its type only, its text and traceback stay in
+    the node's log. A fedpath error leaves as one line, however it was written."""
+    ctx = Context(1, 9, {"client-id": "h/c0"}, RecordDict(), {})
+
+    def raised() -> ValueError:
+        try:
+            local = SECRET  # a local value a traceback would show
+            raise ValueError(f"could not parse line 1: {local!r}")
+        except ValueError as err:
+            return err
+
+    reason = error_reply(_message(), ctx, raised()).error.reason or ""
+    assert reason == (
+        "client h/c0 (node 9): ValueError (not a fedpath error: its text stays on "
+        "the node; the node's log has the details)"
+    )
+    assert SECRET in caplog.text  # the node's own log keeps the detail
+    assert public_reason(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad")) == (
+        "UnicodeDecodeError (not a fedpath error: its text stays on the node; the "
+        "node's log has the details)"
+    )
+    assert public_reason(ConfigError("a\n  b")) == "ConfigError: a b"  # one line
+    long = public_reason(DataError("x" * 5000))
+    assert len(long) == MAX_REASON and long.endswith("...")

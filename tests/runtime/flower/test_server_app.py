@@ -19,8 +19,15 @@ from flwr.serverapp import Grid
 import fedpath.runtime.flower.server_app as server_app
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.runtime.experiment import run_dir_for
-from fedpath.runtime.flower import RC_CONFIG, RC_ON_FAILURE, RC_REPLY_TIMEOUT, RC_RESUME
+from fedpath.runtime.flower import (
+    RC_CONFIG,
+    RC_ON_FAILURE,
+    RC_REPLY_TIMEOUT,
+    RC_RESUME,
+    RC_SELF_DECLARED,
+)
 from fedpath.runtime.flower.nodes import FlowerSettings
+from fedpath.schema import ConfigError
 from fedpath.utils.progress import Reporter
 from tests.conftest import tiny_overrides
 
@@ -133,6 +140,7 @@ def test_main_reads_the_run_config_and_logs_each_finished_run(
         RC_RESUME: True,
         RC_REPLY_TIMEOUT: 30,
         RC_ON_FAILURE: "stop",
+        RC_SELF_DECLARED: True,
     }
     grid = cast(Grid, object())
     server_app.main(grid, cast(Context, SimpleNamespace(run_config=run_config)))
@@ -147,3 +155,25 @@ def test_main_reads_the_run_config_and_logs_each_finished_run(
         "INFO fedpath: finished fedavg -> none seed 1: target accuracy None",
     ]
     assert log.level == logging.INFO
+
+
+def test_main_refuses_a_run_without_a_registry_or_the_opt_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Self-declared client ids only when the run config says so explicitly."""
+    started: list[Any] = []
+
+    def fake_federation(*args: Any) -> list[dict[str, Any]]:
+        started.append(args)
+        return []
+
+    monkeypatch.setattr(server_app, "run_federation", fake_federation)
+    monkeypatch.setattr(server_app.log, "handlers", [logging.NullHandler()])
+    run_config: dict[str, Any] = {RC_CONFIG: _cfg(tmp_path).to_yaml()}
+    context = cast(Context, SimpleNamespace(run_config=run_config))
+    with pytest.raises(ConfigError, match="no 'client-registry'.*--allow-self-decl"):
+        server_app.main(cast(Grid, object()), context)
+    assert started == []
+    run_config[RC_SELF_DECLARED] = True
+    server_app.main(cast(Grid, object()), context)
+    assert len(started) == 1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,17 @@ from tests.conftest import tiny_overrides
 
 
 class Directory:
-    """Nodes that serve fixed clients (and the policies that refused)."""
+    """Nodes that serve fixed clients (the policies that refused, the ids that
+    several nodes claimed)."""
 
-    def __init__(self, found: dict[str, int], refused: dict[int, str]) -> None:
+    def __init__(
+        self,
+        found: dict[str, int],
+        refused: dict[int, str],
+        contested: dict[str, list[int]] | None = None,
+    ) -> None:
         self.found, self.refused = found, refused
+        self.contested = contested or {}
 
     def refresh(self) -> dict[str, int]:
         return dict(self.found)
@@ -62,3 +70,32 @@ def test_a_run_every_node_refuses_stops_with_their_reasons(tmp_path: Path) -> No
     assert isinstance(run.transport, FlowerTransport)
     with pytest.raises(RuntimeError, match="node policies refuse it: max_rounds"):
         run.transport.discover()
+
+
+def test_a_client_id_claimed_by_two_nodes_stops_the_run(tmp_path: Path) -> None:
+    """Neither node is used; the run stops rather than go on without that
+    client (it used to finish without it, exit 0)."""
+    found = {"hospital_1/c0": 11, "hospital_2/c0": 12, "hospital_2/c1": 14}
+    contested = {"hospital_1/c1": [13, 15]}
+    run = flower_run(tmp_path, Directory(found, {}, contested))
+    assert isinstance(run.transport, FlowerTransport)
+    with pytest.raises(
+        RuntimeError, match=r"the run stops: .*client hospital_1/c1 by nodes \[13, 15\]"
+    ):
+        run.transport.discover()
+    # a contested id that a live node serves already: the later claim was
+    # refused, the genuine node goes on
+    found["hospital_1/c1"] = 13
+    assert run.transport.discover()["hospital_1/c1"] == 13
+
+
+def test_the_run_records_how_its_client_ids_were_bound(tmp_path: Path) -> None:
+    run = flower_run(tmp_path, Directory({}, {}))
+    assert isinstance(run.transport, FlowerTransport)
+    run.run_dir.mkdir(parents=True)
+    run.transport.begin_round(3)  # a resumed run's first round
+    run.transport.begin_round(4)  # recorded once per Flower run
+    lines = [json.loads(x) for x in (run.run_dir / "results.jsonl").open()]
+    assert lines == [
+        {**run.labels(), "kind": "identity", "round": 3, "client_ids": "self-declared"}
+    ]

@@ -17,12 +17,14 @@ official OOD test hospital.
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
 
 from fedpath.config import ConfigError
 from fedpath.data.base import DATASETS, DataError, DomainDataset
+from fedpath.data.inputs import read_text
 from fedpath.data.manifest import Records, build_file_dataset
 from fedpath.params.data import Camelyon17Params
 
@@ -41,36 +43,51 @@ def find_metadata(root: Path, name: str) -> Path:
 
 def read_metadata(csv_path: Path) -> tuple[Records, np.ndarray]:
     """Records of every patch and the official split flag (1 = id_val)."""
-    with csv_path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(
-                f"Camelyon17 metadata {str(csv_path)!r} lacks columns {missing}; "
-                f"expected {list(COLUMNS)}"
-            )
-        rec = Records([], [], [], [], [])
-        split: list[int] = []
-        for row_no, row in enumerate(reader, start=2):
+    text = read_text(csv_path, "Camelyon17 metadata")
+    try:
+        return _read_rows(csv_path, csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as err:  # its messages quote no content
+        raise DataError(
+            f"Camelyon17 metadata {str(csv_path)!r}: not valid CSV ({err})"
+        ) from None
+
+
+def _read_rows(
+    csv_path: Path, reader: csv.DictReader[str]
+) -> tuple[Records, np.ndarray]:
+    """The records of the rows of ``reader`` (errors name the row and column)."""
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DataError(
+            f"Camelyon17 metadata {str(csv_path)!r} lacks columns {missing}; "
+            f"expected {list(COLUMNS)}"
+        )
+    rec = Records([], [], [], [], [])
+    split: list[int] = []
+    for row in reader:
+        row_no = reader.line_num
+        ints = {}
+        for col in COLUMNS:
             try:
-                patient, node = int(row["patient"]), int(row["node"])
-                x, y = int(row["x_coord"]), int(row["y_coord"])
-                tumor, center = int(row["tumor"]), int(row["center"])
-                split.append(int(row["split"]))
-            except (TypeError, ValueError) as err:
-                raise DataError(f"{csv_path}:{row_no}: bad value ({err})") from None
-            if tumor not in (0, 1):
+                if col != "slide":
+                    ints[col] = int(row[col])
+            except (TypeError, ValueError):
                 raise DataError(
-                    f"{csv_path}:{row_no}: tumor must be 0 or 1, got {tumor}"
-                )
-            folder = f"patient_{patient:03d}_node_{node}"
-            rec.paths.append(
-                csv_path.parent / "patches" / folder / f"patch_{folder}_x_{x}_y_{y}.png"
-            )
-            rec.labels.append("tumor" if tumor else "normal")
-            rec.domains.append(f"hospital_{center}")
-            rec.slides.append(f"slide_{row['slide']}")
-            rec.where.append(f"{csv_path}:{row_no}")
+                    f"{csv_path}:{row_no}: column {col!r} is not an integer"
+                ) from None
+        patient, node, x, y = (ints[c] for c in COLUMNS[:4])
+        tumor, center = ints["tumor"], ints["center"]
+        split.append(ints["split"])
+        if tumor not in (0, 1):
+            raise DataError(f"{csv_path}:{row_no}: tumor must be 0 or 1, got {tumor}")
+        folder = f"patient_{patient:03d}_node_{node}"
+        rec.paths.append(
+            csv_path.parent / "patches" / folder / f"patch_{folder}_x_{x}_y_{y}.png"
+        )
+        rec.labels.append("tumor" if tumor else "normal")
+        rec.domains.append(f"hospital_{center}")
+        rec.slides.append(f"slide_{row['slide']}")
+        rec.where.append(f"{csv_path}:{row_no}")
     if not rec.paths:
         raise DataError(f"Camelyon17 metadata {str(csv_path)!r} lists no patches")
     return rec, np.asarray(split)

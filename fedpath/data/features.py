@@ -110,9 +110,19 @@ def read_features(path: Path, key: str) -> np.ndarray | None:
                     f"feature cache {str(path)!r} holds another dataset or encoder "
                     f"(key {fh.attrs.get('key')!r}, expected {key!r}); delete it"
                 )
-            return np.asarray(fh[FEATURES][:], dtype=np.float32)
-    except OSError:
-        return None  # a torn or foreign file: encode again and replace it
+            feats = np.asarray(fh[FEATURES][:], dtype=np.float32)
+    except DataError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError):
+        # a torn or foreign file (ValueError/TypeError: attributes or data of
+        # another type): encode again and replace it
+        return None
+    if not np.isfinite(feats).all():
+        raise DataError(
+            f"feature cache {str(path)!r} holds NaN or infinite embeddings (the "
+            "encoder diverged on some images?); delete it and check the encoder"
+        )
+    return feats
 
 
 def write_features(

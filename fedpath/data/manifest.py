@@ -11,14 +11,19 @@ column). The real AMi-Br crops load this way::
 
 Bad input never passes silently: a missing column or a listed image that is absent
 or unreadable fails naming the file and row; with ``skip_bad: true`` such rows are
-skipped, counted and reported in the log.
+skipped, counted and reported in the log. One image listed twice (in one domain, or
+in a training and the held-out domain) is an error naming both rows, never skipped
+(:func:`check_unique_images`); a manifest must be UTF-8, and errors never quote
+its content.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +41,7 @@ from fedpath.data.base import (
     assign_test_split,
 )
 from fedpath.data.files import IMAGE_SUFFIXES, FileStore, image_files, load_image
+from fedpath.data.inputs import read_text, subfolders
 from fedpath.params.data import FileDatasetParams
 
 log = logging.getLogger("fedpath")
@@ -55,37 +61,60 @@ class Records:
 
 
 def read_manifest(csv_path: Path) -> Records:
-    """Parse a manifest CSV; errors name the file, the row and the missing field."""
-    if not csv_path.is_file():
+    """Parse a manifest CSV; errors name the file, the row and the missing field.
+
+    Errors never quote the file's content (not even its header: the path may
+    name any file, and the message may travel from a hospital's node to the
+    coordinator); they name the columns expected and how many were found.
+    """
+    if not csv_path.exists():
         raise DataError(
             f"manifest {str(csv_path)!r} does not exist (data.root + "
             f"data.params.path); {WHERE_TO_GET}"
         )
-    # utf-8-sig: a manifest saved by Excel starts with a byte-order mark
-    with csv_path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        columns = reader.fieldnames or []
-        missing = [c for c in REQUIRED if c not in columns]
-        if missing:
-            raise DataError(
-                f"manifest {str(csv_path)!r} lacks columns {missing}; expected at "
-                "least "
-                f"{list(REQUIRED)} (+ optional 'slide'), found {columns}"
-            )
-        rec = Records([], [], [], [], [])
-        for row_no, row in enumerate(reader, start=2):
-            empty = [c for c in REQUIRED if not (row.get(c) or "").strip()]
-            if empty:
-                raise DataError(f"{csv_path}:{row_no}: empty field(s) {empty}")
-            p = Path(row["path"])
-            rec.paths.append(p if p.is_absolute() else csv_path.parent / p)
-            rec.labels.append(row["label"].strip())
-            rec.domains.append(row["domain"].strip())
-            slide = (row.get("slide") or "").strip()
-            rec.slides.append(f"{row['domain']}/{slide}" if slide else row["path"])
-            rec.where.append(f"{csv_path}:{row_no}")
+    reader = csv.reader(io.StringIO(read_text(csv_path, "manifest"), newline=""))
+    try:
+        rec = _records(csv_path, reader)
+    except csv.Error as err:  # its messages quote no content (NUL, field limit)
+        raise DataError(
+            f"manifest {str(csv_path)!r}:{reader.line_num}: not valid CSV ({err}); "
+            f"expected columns {', '.join(REQUIRED)} (+ optional slide)"
+        ) from None
     if not rec.paths:
         raise DataError(f"manifest {str(csv_path)!r} lists no images")
+    return rec
+
+
+def _records(csv_path: Path, reader: Iterator[list[str]]) -> Records:
+    header = [c.strip() for c in next(reader, [])]
+    col = {c: header.index(c) for c in (*REQUIRED, "slide") if c in header}
+    missing = [c for c in REQUIRED if c not in col]
+    twice = [c for c in col if header.count(c) > 1]
+    if missing or twice:
+        raise DataError(
+            f"manifest {str(csv_path)!r}: expected a CSV whose first line names the "
+            f"columns {', '.join(REQUIRED)} (+ optional slide); found "
+            f"{len(header)} column(s), "
+            + (f"lacking {', '.join(missing)}" if missing else f"{twice} twice")
+        )
+    rec = Records([], [], [], [], [])
+    for row in reader:
+        line = getattr(reader, "line_num", 0)
+        if not any(cell.strip() for cell in row):
+            continue  # a blank line
+        get = {c: (row[i] if i < len(row) else "").strip() for c, i in col.items()}
+        empty = [c for c in REQUIRED if not get[c]]
+        if empty:
+            raise DataError(f"{csv_path}:{line}: empty field(s) {empty}")
+        if "\0" in get["path"]:
+            raise DataError(f"{csv_path}:{line}: the path holds a NUL character")
+        p = Path(get["path"])
+        rec.paths.append(p if p.is_absolute() else csv_path.parent / p)
+        rec.labels.append(get["label"])
+        rec.domains.append(get["domain"])
+        slide = get.get("slide", "")
+        rec.slides.append(f"{get['domain']}/{slide}" if slide else get["path"])
+        rec.where.append(f"{csv_path}:{line}")
     return rec
 
 
@@ -94,8 +123,9 @@ def add_class_folders(
 ) -> None:
     """Append ``parent/<class>/<image>`` to ``rec``: label ``<class>``, domain
     ``domain``, every image its own slide. Classes and images in sorted order
-    (deterministic); ``recursive``: images in subfolders of a class folder too."""
-    for cls in sorted(c for c in parent.iterdir() if c.is_dir()):
+    (deterministic); ``recursive``: images in subfolders of a class folder too.
+    A folder that cannot be read is a DataError naming it."""
+    for cls in subfolders(parent):
         for img in image_files(cls, recursive):
             rec.paths.append(img)
             rec.labels.append(cls.name)
@@ -109,7 +139,7 @@ def scan_folders(root: Path) -> Records:
     if not root.is_dir():
         raise DataError(f"data.root {str(root)!r} is not a directory; {WHERE_TO_GET}")
     rec = Records([], [], [], [], [])
-    for domain in sorted(d for d in root.iterdir() if d.is_dir()):
+    for domain in subfolders(root, "data.root"):
         add_class_folders(rec, domain, domain.name)
     if not rec.paths:
         raise DataError(
@@ -117,6 +147,40 @@ def scan_folders(root: Path) -> Records:
             f"with suffixes {', '.join(IMAGE_SUFFIXES)}"
         )
     return rec
+
+
+def check_unique_images(rec: Records, keep: np.ndarray) -> None:
+    """A DataError when two records of ``keep`` are one image (the same resolved
+    path: symlinks and ``..`` followed): in one domain it would be trained and
+    scored twice, in two a training domain would leak into the held-out one.
+
+    A copy of a file under another name is not detected: that takes hashing
+    every byte of every image, too slow to do on every run.
+    """
+    first: dict[str, int] = {}
+    folders: dict[str, str] = {}  # resolved once per folder: one lstat per image
+    for i in keep.tolist():
+        folder, name = os.path.split(os.fspath(rec.paths[i]))
+        if folder not in folders:
+            folders[folder] = os.path.realpath(folder)
+        image = os.path.join(folders[folder], name)
+        if os.path.islink(image):
+            image = os.path.realpath(image)
+        j = first.setdefault(image, i)
+        if j == i:
+            continue
+        if rec.domains[i] == rec.domains[j]:
+            raise DataError(
+                f"{rec.where[j]} and {rec.where[i]} list the same image {image!r} "
+                f"(domain {rec.domains[i]!r}); remove one: a duplicate is trained "
+                "and scored twice"
+            )
+        raise DataError(
+            f"image {image!r} is listed under domain {rec.domains[j]!r} "
+            f"({rec.where[j]}) and domain {rec.domains[i]!r} ({rec.where[i]}): an "
+            "image in two domains leaks between training and the held-out domain; "
+            "keep it in one"
+        )
 
 
 def build_file_dataset(
@@ -128,6 +192,7 @@ def build_file_dataset(
     the per-domain split by slide.
     """
     keep, classes = _selected(rec, p)
+    check_unique_images(rec, keep)
     kept, images, skipped = _readable(name, rec, keep, p)
     present = {rec.labels[i] for i in kept}
     absent = [c for c in classes if c not in present]

@@ -18,6 +18,7 @@ from fedpath.artifact import LoadedModel
 from fedpath.config import DataConfig
 from fedpath.data.base import DataError, DomainDataset
 from fedpath.data.files import IMAGE_SUFFIXES, image_files, load_image
+from fedpath.data.inputs import subfolders
 from fedpath.data.manifest import (
     FileDatasetParams,
     Records,
@@ -52,7 +53,7 @@ def _scan_site_folder(
     ``<class>/`` when one of its folders stands for a class of the model
     (:func:`match_class`), ``<domain>/<class>/`` when one of their subfolders
     does; else an error naming the folders seen and the classes expected."""
-    subdirs = sorted(d for d in path.iterdir() if d.is_dir())
+    subdirs = subfolders(path)  # a folder that cannot be read: named, not skipped
     if not subdirs and image_files(path, recursive=True):
         raise DataError(
             f"{str(path)!r} holds images but no class folders; use `fedpath "
@@ -61,7 +62,7 @@ def _scan_site_folder(
     top = [d.name for d in subdirs]
     if any(match_class(n, classes, class_map) for n in top):
         return scan_class_folders(path)
-    inner = sorted({c.name for d in subdirs for c in d.iterdir() if c.is_dir()})
+    inner = sorted({c.name for d in subdirs for c in subfolders(d)})
     if any(match_class(n, classes, class_map) for n in inner):
         return scan_folders(path)
     mapped = f"; --class-map maps {', '.join(class_map)}" if class_map else ""

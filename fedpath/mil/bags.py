@@ -12,6 +12,7 @@ patch cluster that a slide mean cannot see (see its docstring).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import pickle
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from fedpath.data.base import DataError
+from fedpath.data.inputs import check_file, read_text
 
 
 @dataclass
@@ -175,6 +177,12 @@ def _check_features(feats: Tensor, where: str) -> Tensor:
     return feats
 
 
+#: what h5py and torch raise on a damaged or foreign file (TypeError: a dataset of
+#: strings; EOFError: an empty or cut ``.pt``)
+_UNREADABLE: tuple[type[Exception], ...] = (OSError, RuntimeError, ValueError)
+_UNREADABLE += (TypeError, KeyError, EOFError, pickle.UnpicklingError)
+
+
 def read_bag_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
     """Features (and coords) of one CLAM bag file: ``.h5`` or ``.pt``.
 
@@ -185,6 +193,7 @@ def read_bag_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
         non-finite embeddings.
     """
     path = Path(path)
+    check_file(path, "bag file")
     coords: Tensor | None = None
     try:
         if path.suffix == ".h5":
@@ -203,7 +212,7 @@ def read_bag_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
             if not isinstance(obj, Tensor):
                 raise DataError(f"{path}: expected a tensor, got {type(obj).__name__}")
             feats = obj
-    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError) as err:
+    except _UNREADABLE as err:
         if isinstance(err, DataError):
             raise
         raise DataError(f"{path}: unreadable bag file ({err})") from None
@@ -237,22 +246,31 @@ def load_clam_bags(
         without a file, bad files, or embedding dimensions that differ.
     """
     root, csv_path = Path(root), Path(csv_path)
-    try:
-        with csv_path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as err:
-        raise DataError(f"{csv_path}: cannot read ({err})") from None
-    need = {"slide_id", "label", "domain"}
-    if not rows or not need <= set(rows[0]):
-        have = sorted(rows[0]) if rows else []
+    reader = csv.DictReader(io.StringIO(read_text(csv_path, "slide CSV"), newline=""))
+    try:  # cells stripped; a short row's missing cells empty
+        rows = [{k: (v or "").strip() for k, v in r.items() if k} for r in reader]
+    except csv.Error as err:  # its messages quote no content
+        raise DataError(f"{csv_path}: not valid CSV ({err})") from None
+    need = ["domain", "label", "slide_id"]
+    missing = [c for c in need if c not in (reader.fieldnames or [])]
+    if not rows or missing:
+        # the header is not quoted: the file may be anything (never its content)
         raise DataError(
-            f"{csv_path}: needs columns {sorted(need)} and rows; has {have}"
+            f"{csv_path}: needs columns {need} and rows; found "
+            f"{len(reader.fieldnames or [])} column(s) and {len(rows)} row(s)"
+            + (f", lacking {', '.join(missing)}" if missing else "")
         )
     names = list(classes) if classes is not None else sorted({r["label"] for r in rows})
     order = ["h5", "pt"] if prefer == "h5" else ["pt", "h5"]
     bags: list[SlideBag] = []
     for line, row in enumerate(rows, start=2):
-        sid, label = row["slide_id"].strip(), row["label"].strip()
+        sid, label = row["slide_id"], row["label"]
+        if not sid or "/" in sid or "\\" in sid or sid in (".", ".."):
+            # a slide id names a file in root's h5_files/pt_files, never elsewhere
+            raise DataError(
+                f"{csv_path}:{line}: slide_id must be a non-empty file name "
+                "(no '/', '\\', '.' or '..')"
+            )
         if label not in names:
             raise DataError(
                 f"{csv_path}:{line}: slide {sid!r} has label {label!r}, not one of "
@@ -272,9 +290,7 @@ def load_clam_bags(
                 f"{bags[0].slide_id!r} has D={bags[0].dim}; one embedding space "
                 "per dataset"
             )
-        bags.append(
-            SlideBag(sid, feats, names.index(label), row["domain"].strip(), coords)
-        )
+        bags.append(SlideBag(sid, feats, names.index(label), row["domain"], coords))
     return BagDataset(bags, names, embedding_space)
 
 

@@ -25,7 +25,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpath.utils.cli_args import SubParsers, add_overrides, add_quiet
+from fedpath.utils.cli_args import (
+    SubParsers,
+    add_overrides,
+    add_quiet,
+    int_at_least,
+    positive_number,
+)
+
+#: counts that must be at least one (an empty grid, no tokens, no iteration)
+POSITIVE = int_at_least(1)
 
 
 def register(sub: SubParsers) -> None:
@@ -55,34 +64,47 @@ def register(sub: SubParsers) -> None:
     )
     p.add_argument(
         "--train-epochs",
-        type=int,
+        type=int_at_least(0),
         help="epochs of supervised training of the backbone on the domain's "
         "labels before embedding (default 2; 0 with --weights)",
     )
     _add_distill_and_decoder(p)
-    p.add_argument("--columns", type=int, default=8, help="patches per row (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.add_argument(
+        "--columns", type=POSITIVE, default=8, help="patches per row (default 8)"
+    )
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="default 0")
     add_quiet(p, "no progress bars or status lines")
 
 
 def _add_distill_and_decoder(p: argparse.ArgumentParser) -> None:
     """The distillation's and the decoder's settings."""
-    p.add_argument("--components", type=int, default=4, help="GMM M (default 4)")
+    p.add_argument("--components", type=POSITIVE, default=4, help="GMM M (default 4)")
     p.add_argument(
         "--covariance", choices=("full", "diag"), default="diag", help="default diag"
     )
     p.add_argument(
-        "--tokens", type=int, default=32, help="synthetic tokens T (default 32)"
+        "--tokens", type=POSITIVE, default=32, help="synthetic tokens T (default 32)"
     )
     p.add_argument(
-        "--iters", type=int, default=200, help="distillation iterations (default 200)"
+        "--iters",
+        type=POSITIVE,
+        default=200,
+        help="distillation iterations (default 200)",
     )
     p.add_argument(
-        "--decoder-epochs", type=int, default=20, help="decoder epochs (default 20)"
+        "--decoder-epochs",
+        type=POSITIVE,
+        default=20,
+        help="decoder epochs (default 20)",
     )
-    p.add_argument("--decoder-lr", type=float, default=2e-3, help="default 2e-3")
     p.add_argument(
-        "--decoder-width", type=int, default=64, help="decoder channels (default 64)"
+        "--decoder-lr", type=positive_number, default=2e-3, help="default 2e-3"
+    )
+    p.add_argument(
+        "--decoder-width",
+        type=POSITIVE,
+        default=64,
+        help="decoder channels (default 64)",
     )
     p.add_argument(
         "--adversarial",
@@ -98,7 +120,7 @@ def _add_distill_and_decoder(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--d-lr",
-        type=float,
+        type=positive_number,
         help="discriminator learning rate, > 0 (default 1e-3; needs --adversarial)",
     )
 

@@ -191,6 +191,8 @@ def _check_settings(out: Path, size: int, pad: str) -> None:
         old = path.read_text()
     except OSError:
         old = None
+    except UnicodeDecodeError:  # damaged: unknown settings, never overwritten
+        old = "(not UTF-8)"
     if old is not None and old != settings:
         raise ConfigError(
             f"{out}: these crops were made with other settings ({path}: {old}); "

@@ -156,8 +156,13 @@ def read_annotations(path: str | Path, bad: list[str] | None = None) -> list[Fig
                 raise DataError(
                     f"{where}: missing column(s) {', '.join(map(repr, missing))}; "
                     f"expected the AMi-Br table with columns "
-                    f"{', '.join(REQUIRED_COLUMNS)} (found: "
-                    f"{', '.join(map(repr, header)) or 'no header line'})"
+                    f"{', '.join(REQUIRED_COLUMNS)} "
+                    # counted, not quoted: an error never carries file content
+                    + (
+                        f"(found {len(header)} column(s))"
+                        if header
+                        else "(no header line)"
+                    )
                 )
             for row in reader:
                 line = reader.line_num

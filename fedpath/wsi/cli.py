@@ -25,7 +25,7 @@ from rich.console import Console
 
 from fedpath.config import ConfigError
 from fedpath.errors import DataError
-from fedpath.utils.cli_args import SubParsers, add_quiet, is_quiet
+from fedpath.utils import cli_args
 from fedpath.wsi.amibr_params import DEFAULT_PAD, DEFAULT_SIZE, MIN_SIZE, PAD_FILLS
 
 if TYPE_CHECKING:
@@ -33,10 +33,11 @@ if TYPE_CHECKING:
 
 Handler = Callable[[argparse.Namespace, bool], int]
 T = TypeVar("T", bound="DataclassInstance")
+POSITIVE, NON_NEG = cli_args.int_at_least(1), cli_args.int_at_least(0)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    add_quiet(
+    cli_args.add_quiet(
         p,
         "no progress bar (also FEDPATH_QUIET=1); the summary and skipped inputs "
         "and errors still print",
@@ -50,7 +51,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _slide_stage(
-    sub: SubParsers, name: str, summary: str, description: str
+    sub: cli_args.SubParsers, name: str, summary: str, description: str
 ) -> argparse.ArgumentParser:
     """A subcommand run over slide files or folders, writing into ``--out``."""
     p = sub.add_parser(name, help=summary, description=description)
@@ -59,7 +60,7 @@ def _slide_stage(
     return p
 
 
-def register(sub: SubParsers) -> None:
+def register(sub: cli_args.SubParsers) -> None:
     """Add the ``tile``, ``features``, ``mvmidog`` and ``amibr`` subcommands."""
     register_tile(sub)
     register_features(sub)
@@ -67,7 +68,7 @@ def register(sub: SubParsers) -> None:
     register_amibr(sub)
 
 
-def register_tile(sub: SubParsers) -> None:
+def register_tile(sub: cli_args.SubParsers) -> None:
     """Add ``tile`` to ``sub``."""
     tile = _slide_stage(
         sub,
@@ -78,17 +79,17 @@ def register_tile(sub: SubParsers) -> None:
         "with enough tissue (plus OUT/masks/<slide_id>.png). Finished slides are "
         "skipped when run again.",
     )
-    tile.add_argument("--patch-size", type=int, default=256, help="default 256")
+    tile.add_argument("--patch-size", type=POSITIVE, default=256, help="default 256")
     where = tile.add_mutually_exclusive_group()
     where.add_argument(
         "--magnification",
-        type=float,
+        type=cli_args.positive_number,
         help="patch magnification, e.g. 20 (needs mpp or objective power in the "
         "file); default: --level 0",
     )
-    where.add_argument("--level", type=int, help="pyramid level to tile (default 0)")
+    where.add_argument("--level", type=NON_NEG, help="pyramid level (default 0)")
     tile.add_argument(
-        "--step", type=int, help="grid step in patch pixels (default: patch size)"
+        "--step", type=POSITIVE, help="grid step in patch pixels (default: patch size)"
     )
     tile.add_argument(
         "--tissue-threshold",
@@ -97,10 +98,7 @@ def register_tile(sub: SubParsers) -> None:
         help="minimum tissue fraction of a kept patch (default 0.5)",
     )
     tile.add_argument(
-        "--mask-size",
-        type=int,
-        default=2048,
-        help="longer side of the segmentation thumbnail (default 2048)",
+        "--mask-size", type=POSITIVE, default=2048, help="tissue thumbnail's long side"
     )
     tile.add_argument(
         "--min-tissue-area",
@@ -113,7 +111,7 @@ def register_tile(sub: SubParsers) -> None:
     _common(tile)
 
 
-def register_features(sub: SubParsers) -> None:
+def register_features(sub: cli_args.SubParsers) -> None:
     """Add ``features`` to ``sub``."""
     feat = _slide_stage(
         sub,
@@ -141,9 +139,9 @@ def register_features(sub: SubParsers) -> None:
         help="backbone parameter (values parsed as YAML); repeatable",
     )
     feat.add_argument(
-        "--input-size", type=int, help="resize patches to this before encoding"
+        "--input-size", type=POSITIVE, help="resize patches to this before encoding"
     )
-    feat.add_argument("--batch-size", type=int, default=32, help="default 32")
+    feat.add_argument("--batch-size", type=POSITIVE, default=32, help="default 32")
     feat.add_argument("--device", default="cpu", help="torch device (default cpu)")
     feat.add_argument(
         "--save-pt", action="store_true", help="also write pt_files/<id>.pt"
@@ -151,7 +149,7 @@ def register_features(sub: SubParsers) -> None:
     _common(feat)
 
 
-def register_mvmidog(sub: SubParsers) -> None:
+def register_mvmidog(sub: cli_args.SubParsers) -> None:
     """Add ``mvmidog`` to ``sub``."""
     mid = sub.add_parser(
         "mvmidog",
@@ -163,19 +161,19 @@ def register_mvmidog(sub: SubParsers) -> None:
     mid.add_argument("annotations", type=Path, help="MIDOG COCO-style JSON")
     mid.add_argument("slide_dir", type=Path, help="folder of the slide files")
     mid.add_argument("--out", "-o", type=Path, required=True, help="output folder")
-    mid.add_argument("--seed", type=int, default=0)
-    mid.add_argument("--patch-size", type=int, default=128)
+    mid.add_argument("--seed", type=NON_NEG, default=0)
+    mid.add_argument("--patch-size", type=cli_args.int_at_least(8), default=128)
     mid.add_argument(
-        "--max-offset", type=int, default=32, help="largest figure offset (px)"
+        "--max-offset", type=NON_NEG, default=32, help="largest figure offset (px)"
     )
-    mid.add_argument("--border-attempts", type=int, default=3)
+    mid.add_argument("--border-attempts", type=POSITIVE, default=3)
     mid.add_argument(
         "--negatives-per-slide",
-        type=int,
+        type=NON_NEG,
         help="random negatives per slide (default: its number of mitotic figures)",
     )
     mid.add_argument(
-        "--margin", type=int, default=64, help="negatives keep this far from figures"
+        "--margin", type=NON_NEG, default=64, help="negatives' distance from figures"
     )
     mid.add_argument("--bbox-format", choices=["xyxy", "xywh"], default="xyxy")
     mid.add_argument(
@@ -196,7 +194,7 @@ def register_mvmidog(sub: SubParsers) -> None:
         "2021 id ranges)",
     )
     mid.add_argument("--tissue-threshold", type=float, default=0.5)
-    mid.add_argument("--mask-size", type=int, default=1024)
+    mid.add_argument("--mask-size", type=POSITIVE, default=1024)
     mid.add_argument("--min-nonwhite", type=float, default=0.25)
     mid.add_argument("--white-level", type=int, default=220)
     mid.add_argument("--min-edge", type=float, default=2.0)
@@ -204,7 +202,7 @@ def register_mvmidog(sub: SubParsers) -> None:
     _common(mid)
 
 
-def register_amibr(sub: SubParsers) -> None:
+def register_amibr(sub: cli_args.SubParsers) -> None:
     """Add ``amibr`` to ``sub``."""
     ami = sub.add_parser(
         "amibr",
@@ -237,7 +235,7 @@ def register_amibr(sub: SubParsers) -> None:
     ami.add_argument("--out", "-o", type=Path, required=True, help="output folder")
     ami.add_argument(
         "--size",
-        type=int,
+        type=cli_args.int_at_least(MIN_SIZE),
         default=DEFAULT_SIZE,
         help=f"crop side in pixels, at least {MIN_SIZE} (default {DEFAULT_SIZE})",
     )
@@ -256,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     handler = _HANDLERS.get(getattr(args, "command", None) or "")
     if handler is None:
         raise ConfigError("not a slide subcommand (tile, features, mvmidog, amibr)")
-    return handler(args, is_quiet(args))
+    return handler(args, cli_args.is_quiet(args))
 
 
 def _report(text: str) -> None:
@@ -320,16 +318,18 @@ def _cmd_features(args: argparse.Namespace, quiet: bool) -> int:
 
 
 def read_scanner_map(path: Path) -> dict[str, str]:
-    """``{file_name: scanner}`` from a JSON object or a two-column CSV."""
+    """``{file_name: scanner}`` from a JSON object or a two-column CSV (UTF-8)."""
+    from fedpath.data.inputs import read_text  # lazy: fedpath.data loads torch
+
+    text = read_text(path, "scanner map")
     try:
         if path.suffix.lower() == ".json":
-            data = json.loads(path.read_text())
+            data = json.loads(text)
             if not isinstance(data, dict):
                 raise ValueError("expected a JSON object {file_name: scanner}")
             return {str(k): str(v) for k, v in data.items()}
-        with path.open(newline="") as fh:
-            rows = [r for r in csv.reader(fh) if r]
-    except (OSError, ValueError) as err:
+        rows = [r for r in csv.reader(text.splitlines(keepends=True)) if r]
+    except (csv.Error, ValueError) as err:
         raise DataError(f"scanner map {str(path)!r}: {err}") from None
     if rows and rows[0][:2] == ["file_name", "scanner"]:
         rows = rows[1:]

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from fedpath.config import ModelConfig
 from fedpath.data.base import DataError
+from fedpath.data.inputs import check_file
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import encoder_info, state_digest
 from fedpath.utils.io import atomic_write_bytes
@@ -53,14 +54,14 @@ def load_encoder(
 
 def read_coords(coords_h5: Path) -> tuple[np.ndarray, dict[str, Any]]:
     """CLAM coords (N x 2 int64) and their attributes; DataError naming the file."""
-    if not coords_h5.is_file():
-        raise DataError(f"coords file {str(coords_h5)!r} does not exist")
+    check_file(coords_h5, "coords file")
     try:
         with h5py.File(coords_h5, "r") as fh:
             dset = fh["coords"]
             coords = np.asarray(dset[:], dtype=np.int64).reshape(-1, 2)
             attrs = {k: _plain(v) for k, v in dset.attrs.items()}
-    except (OSError, KeyError) as err:
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        # ValueError/TypeError: coords of an odd size or a non-numeric dtype
         raise DataError(
             f"coords file {str(coords_h5)!r} is unreadable or lacks the 'coords' "
             f"dataset: {err}"

@@ -69,7 +69,7 @@ def _check_build_settings(state: Path, p: MvMidogParams) -> None:
     """Refuse to mix patches of different settings in one output directory."""
     settings = json.dumps(asdict(p), sort_keys=True, default=str, indent=1)
     path = state / "settings.json"
-    if path.is_file() and path.read_text() != settings:
+    if path.is_file() and path.read_bytes() != settings.encode():
         raise ConfigError(
             f"{path.parent.parent}: this MvMidog directory was built with other "
             f"settings ({path}); use a new output directory or delete it"

@@ -11,10 +11,14 @@ raises :class:`~fedpath.data.base.DataError` naming the slide.
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from fedpath.data.base import DataError
+from fedpath.data.inputs import check_file, list_folder
 from fedpath.wsi.slide_base import Slide
 from fedpath.wsi.slide_openslide import OpenSlideSlide, openslide_available
 from fedpath.wsi.slide_tiff import TiffSlide
@@ -48,11 +52,13 @@ def find_slides(inputs: Sequence[str | Path]) -> list[Path]:
     for item in inputs:
         p = Path(item)
         if p.is_dir():
+            # regular files only: a FIFO named *.svs would block the reader
             found.extend(
                 sorted(
-                    f
-                    for f in p.iterdir()
-                    if f.is_file() and f.suffix.lower() in SLIDE_SUFFIXES
+                    Path(e.path)
+                    for e in list_folder(p, "slide folder")
+                    if Path(e.name).suffix.lower() in SLIDE_SUFFIXES
+                    and _regular(e.path)
                 )
             )
         elif p.exists():
@@ -84,8 +90,7 @@ def open_slide(path: str | Path, backend: str = "auto") -> Slide:
         The file is missing, unreadable or corrupt (the message names it).
     """
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"slide {str(p)!r} does not exist")
+    check_file(p, "slide")
     if backend not in ("auto", "tifffile", "openslide"):
         raise DataError(
             f"slide backend must be auto, tifffile or openslide, got {backend!r}"
@@ -111,8 +116,24 @@ def open_slide(path: str | Path, backend: str = "auto") -> Slide:
         except DataError:
             raise
         except Exception as err:  # each library has its own error types
-            errors.append(f"{name}: {type(err).__name__}: {err}")
+            errors.append(f"{name}: {type(err).__name__}: {_no_bytes(str(err))}")
     raise DataError(
         f"cannot read slide {str(p)!r} (corrupt or unsupported format): "
         + "; ".join(errors)
     )
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+_BYTES = re.compile(r"""b(['"]).*?(?<!\\)\1""")
+
+
+def _no_bytes(message: str) -> str:
+    """A library's message without the bytes it quotes from the file (tifffile:
+    ``header=b'root'``): an error may travel from a node to the coordinator."""
+    return _BYTES.sub("<bytes>", message)

@@ -89,3 +89,19 @@ def test_cache_round_trip_and_refusals(tmp_path: Path) -> None:
     with h5py.File(tmp_path / "empty.h5", "w") as fh:
         fh.attrs["key"] = "k"
     assert read_features(tmp_path / "empty.h5", "k") is None  # no dataset in it
+
+
+def test_a_feature_cache_of_the_wrong_kind_or_with_nan_is_not_used(
+    tmp_path: Path,
+) -> None:
+    odd = tmp_path / "odd.h5"
+    with h5py.File(odd, "w") as fh:  # strings where numbers belong
+        fh.create_dataset("features", data=np.array([b"a", b"b"]))
+        fh.attrs["format"] = "one"
+    assert read_features(odd, "k") is None  # encoded again, not a traceback
+    nan = tmp_path / "nan.h5"
+    feats = np.ones((3, 4), np.float32)
+    feats[1, 2] = np.nan
+    write_features(nan, "k", feats, {})
+    with pytest.raises(DataError, match=r"nan.h5' holds NaN or infinite"):
+        read_features(nan, "k")

@@ -1,8 +1,10 @@
 """Image files as real users have them (fedpath.data.files): 16-bit and RGBA PNGs,
-tiny images, a corrupt image met lazily."""
+float TIFFs, tiny images, decompression bombs, FIFOs, unreadable folders, a
+corrupt image met lazily."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +12,10 @@ import pytest
 from PIL import Image
 
 from fedpath.data.base import DataError
-from fedpath.data.files import load_image
-from fedpath.runtime.experiment import run_experiment
-from tests.data.helpers import corrupt_one, small_manifest_config
+from fedpath.data.files import MAX_PIXELS, image_files, load_image
+from fedpath.runtime.experiment import load_dataset, run_experiment
+from tests.data.helpers import corrupt_one, png_header_only, small_manifest_config
+from tests.fixtures import write_manifest_tree
 
 
 def test_16_bit_grayscale_is_scaled_by_its_depth(tmp_path: Path) -> None:
@@ -54,3 +57,108 @@ def test_a_corrupt_image_met_lazily_names_its_manifest_row(tmp_path: Path) -> No
     ]
     with pytest.raises(DataError, match=rf"{where}: cannot read image .*skip_bad"):
         run_experiment(small_manifest_config(tmp_path, *over))
+
+
+def test_float_tiffs_in_0_1_are_scaled_not_black(tmp_path: Path) -> None:
+    import tifffile
+
+    tifffile.imwrite(tmp_path / "g.tif", np.full((20, 20), 0.5, np.float32))
+    rgb = np.zeros((20, 20, 3), np.float32)
+    rgb[..., 0] = 1.0  # pure red, as float in [0, 1]
+    tifffile.imwrite(tmp_path / "rgb.tif", rgb, photometric="rgb")  # PIL can't
+    assert (load_image(tmp_path / "g.tif", 20) == 128).all()
+    red = load_image(tmp_path / "rgb.tif", 20)
+    assert (red[0] == 255).all() and (red[1:] == 0).all()
+    planar = np.moveaxis(rgb, -1, 0)  # (3, H, W): one plane per channel
+    tifffile.imwrite(
+        tmp_path / "p.tif", planar, photometric="rgb", planarconfig="separate"
+    )
+    assert np.array_equal(load_image(tmp_path / "p.tif", 20), red)
+    stack = np.zeros((2, 20, 20, 3), np.float32)  # two images in one file
+    tifffile.imwrite(tmp_path / "stack.tif", stack, photometric="rgb")
+    with pytest.raises(DataError, match=r"stack.tif' has axes .* one 2-D image"):
+        load_image(tmp_path / "stack.tif", 20)
+
+
+def test_other_float_ranges_and_nan_are_refused_naming_the_range(
+    tmp_path: Path,
+) -> None:
+    import tifffile
+
+    tifffile.imwrite(tmp_path / "hu.tif", np.linspace(-2, 300, 400).reshape(20, 20))
+    with pytest.raises(DataError, match=r"hu.tif' is a float image with values in"):
+        load_image(tmp_path / "hu.tif", 20)
+    tifffile.imwrite(tmp_path / "nan.tif", np.full((20, 20), np.nan, np.float32))
+    with pytest.raises(DataError, match=r"nan.tif' holds NaN or infinite values"):
+        load_image(tmp_path / "nan.tif", 20)
+
+
+def test_16_bit_rgb_and_signed_images(tmp_path: Path) -> None:
+    import tifffile
+
+    rgb = np.full((20, 20, 3), 65535, np.uint16)
+    rgb[..., 2] = 0
+    tifffile.imwrite(tmp_path / "rgb16.tif", rgb, photometric="rgb")
+    out = load_image(tmp_path / "rgb16.tif", 20)
+    assert (out[:2] == 255).all() and (out[2] == 0).all()
+    tifffile.imwrite(tmp_path / "s16.tif", np.full((20, 20), -5, np.int16))
+    with pytest.raises(DataError, match=r"s16.tif' holds negative values"):
+        load_image(tmp_path / "s16.tif", 20)
+
+
+@pytest.mark.parametrize(
+    ("side", "declared"), [(20000, "400000000 px"), (9000, "9000x9000 px")]
+)
+def test_a_decompression_bomb_is_a_data_error_naming_its_size(
+    tmp_path: Path, side: int, declared: str
+) -> None:
+    assert side * side > MAX_PIXELS
+    (tmp_path / "bomb.png").write_bytes(png_header_only(side, side))
+    with pytest.raises(DataError, match=rf"bomb.png' declares {declared} over"):
+        load_image(tmp_path / "bomb.png", 32)
+
+
+def test_a_decompression_bomb_in_training_is_skipped_with_skip_bad(
+    tmp_path: Path,
+) -> None:
+    path = write_manifest_tree(tmp_path)
+    with path.open("a") as fh:
+        fh.write("bomb.png,normal,site0,s9\n")
+    (tmp_path / "bomb.png").write_bytes(png_header_only(20000, 20000))
+    with pytest.raises(DataError, match=r"manifest.csv:50: image .*bomb.png' decl"):
+        load_dataset(small_manifest_config(tmp_path).data)
+    ds = load_dataset(small_manifest_config(tmp_path, "data.params.skip_bad=true").data)
+    assert len(ds.skipped) == 1 and "declares 400000000 px" in ds.skipped[0]
+
+
+def test_a_fifo_named_png_is_not_listed_and_refused_when_named(tmp_path: Path) -> None:
+    Image.new("RGB", (16, 16)).save(tmp_path / "a.png")
+    os.mkfifo(tmp_path / "b.png")  # opening it would block forever
+    (tmp_path / "c.png").mkdir()  # a folder with an image's name
+    assert image_files(tmp_path) == [tmp_path / "a.png"]
+    assert image_files(tmp_path, recursive=True) == [tmp_path / "a.png"]
+    with pytest.raises(DataError, match=r"b.png' is not a regular file \(a FIFO\)"):
+        load_image(tmp_path / "b.png", 16)
+    with pytest.raises(DataError, match=r"c.png' is a folder"):
+        load_image(tmp_path / "c.png", 16)
+    with pytest.raises(DataError, match=r"b.png': expected a folder, found a FIFO"):
+        image_files(tmp_path / "b.png")  # predict given the FIFO itself
+
+
+def test_an_unreadable_subfolder_is_an_error_not_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "sub").mkdir()
+    Image.new("RGB", (16, 16)).save(tmp_path / "a.png")
+    Image.new("RGB", (16, 16)).save(tmp_path / "sub" / "b.png")
+    assert len(image_files(tmp_path, recursive=True)) == 2
+    scandir = os.scandir
+
+    def deny(path: os.PathLike[str]) -> object:
+        if Path(path).name == "sub":
+            raise PermissionError(13, "Permission denied")
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", deny)
+    with pytest.raises(DataError, match=r"'.*/sub' cannot be read: permission denied"):
+        image_files(tmp_path, recursive=True)

@@ -68,7 +68,7 @@ def test_manifest_bad_input_names_file_and_row(
         load_dataset(manifest_cfg(tmp_path, "data.params.in_memory=true").data)
     bad = tmp_path / "bad.csv"
     bad.write_text("path,label\nx.png,normal\n")
-    with pytest.raises(DataError, match=r"lacks columns \['domain'\]"):
+    with pytest.raises(DataError, match=r"found 2 column\(s\), lacking domain"):
         load_dataset(manifest_cfg(tmp_path, "data.params.path=bad.csv").data)
     with pytest.raises(DataError, match="label 'normal' is not one of the classes"):
         load_dataset(
@@ -235,3 +235,64 @@ def test_lazy_loading_with_skip_bad_checks_every_image_first(tmp_path: Path) -> 
     ds = load_dataset(cfg.data)
     assert len(ds.skipped) == 1 and where in ds.skipped[0]
     assert sum(len(ds.split(d, "all")) for d in ds.domains) == 47
+
+
+def test_a_manifest_that_is_not_utf8_names_the_byte_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    path = write_manifest_tree(tmp_path)
+    path.write_bytes(path.read_bytes().replace(b"site0", b"s\xe9te0", 1))
+    with pytest.raises(
+        DataError,
+        match=r"manifest '.*manifest.csv': not UTF-8 text \(byte 0xe9 at offset "
+        r"\d+\); save it as UTF-8",
+    ):
+        load_dataset(manifest_cfg(tmp_path).data)
+
+
+def test_a_file_that_is_no_manifest_is_described_without_its_content(
+    tmp_path: Path,
+) -> None:
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/:/bin/sh\n")
+    with pytest.raises(DataError) as err:
+        load_dataset(manifest_cfg(tmp_path, f"data.params.path={passwd}").data)
+    msg = str(err.value)
+    assert "passwd" in msg and "path, label, domain" in msg
+    assert "found 1 column(s), lacking path, label, domain" in msg
+    assert "root:" not in msg and "bash" not in msg and "daemon" not in msg
+
+
+def test_an_image_listed_twice_is_an_error_naming_both_rows(tmp_path: Path) -> None:
+    path = write_manifest_tree(tmp_path)
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join([*rows, rows[3]]) + "\n")  # row 4 again, as row 50
+    with pytest.raises(
+        DataError,
+        match=r"manifest.csv:4 and .*manifest.csv:50 list the same image "
+        r"'.*site0/2.png' \(domain 'site0'\)",
+    ):
+        load_dataset(manifest_cfg(tmp_path).data)
+
+
+def test_an_image_in_a_training_and_the_held_out_domain_is_a_leak(
+    tmp_path: Path,
+) -> None:
+    path = write_manifest_tree(tmp_path)
+    with path.open("a") as fh:  # a ".." path: resolved before comparing
+        fh.write("imgs/site2/../site0/2.png,normal,site2,s7\n")
+    with pytest.raises(
+        DataError,
+        match=r"image '.*imgs/site0/2.png' is listed under domain 'site0' "
+        r"\(.*manifest.csv:4\) and domain 'site2' \(.*manifest.csv:50\)",
+    ):
+        load_dataset(manifest_cfg(tmp_path).data)
+
+
+def test_a_symlink_into_another_domains_folder_is_a_leak(tmp_path: Path) -> None:
+    write_folder_tree(tmp_path)
+    src = sorted((tmp_path / "site0" / "normal").iterdir())[0]
+    (tmp_path / "site2" / "normal" / "copy.png").symlink_to(src)
+    cfg = ["data.name=folder", f"data.root={tmp_path}", "data.params.image_size=32"]
+    with pytest.raises(DataError, match=r"domain 'site0' .* and domain 'site2'"):
+        load_dataset(load_config(None, cfg).data)

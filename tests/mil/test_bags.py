@@ -77,6 +77,43 @@ def _write_csv(path: Path, rows: list[tuple[str, str, str]]) -> Path:
     return path
 
 
+def test_clam_slide_csv_bad_input_names_the_file_never_its_content(
+    tmp_path: Path,
+) -> None:
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(b"slide_id,label,domain\ns1,tum\xe9ur,h0\n")
+    with pytest.raises(DataError, match=r"latin.csv': not UTF-8 text \(byte 0xe9 at"):
+        load_clam_bags(tmp_path, latin, embedding_space="x")
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(DataError) as err:
+        load_clam_bags(tmp_path, passwd, embedding_space="x")
+    assert "lacking domain, label, slide_id" in str(err.value)
+    assert "root:" not in str(err.value)
+    short = _write_csv(tmp_path / "short.csv", [])
+    short.write_text(short.read_text() + "s2\n")  # a row without label or domain
+    with pytest.raises(DataError, match=r"short.csv:2: slide 's2' has label ''"):
+        load_clam_bags(tmp_path, short, embedding_space="x", classes=["a"])
+    up = _write_csv(tmp_path / "up.csv", [("../secret", "a", "h0")])
+    with pytest.raises(DataError, match=r"up.csv:2: slide_id must be a non-empty"):
+        load_clam_bags(tmp_path, up, embedding_space="x")
+
+
+def test_bag_files_of_the_wrong_kind_are_data_errors(tmp_path: Path) -> None:
+    with h5py.File(tmp_path / "str.h5", "w") as fh:
+        fh.create_dataset("features", data=np.array([[b"a", b"b"]]))
+    with pytest.raises(DataError, match=r"str.h5: unreadable bag file"):
+        read_bag_file(tmp_path / "str.h5")
+    import os
+
+    os.mkfifo(tmp_path / "pipe.pt")  # torch.load would block on it
+    with pytest.raises(DataError, match=r"pipe.pt' is not a regular file"):
+        read_bag_file(tmp_path / "pipe.pt")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(DataError, match=r"empty.pt: unreadable bag file"):
+        read_bag_file(tmp_path / "empty.pt")
+
+
 def test_load_clam_layouts(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     _write_h5(tmp_path / "h5_files" / "s1.h5", rng.normal(size=(6, 8)).astype("f4"))

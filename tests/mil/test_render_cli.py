@@ -34,3 +34,28 @@ def test_out_is_required_and_a_missing_config_is_named(
     assert main([*argv, "--config", str(tmp_path / "none.yaml")]) == 2
     assert "none.yaml" in capsys.readouterr().err
     assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--columns", "0"),
+        ("--seed", "-1"),
+        ("--components", "0"),
+        ("--tokens", "-4"),
+        ("--iters", "0"),
+        ("--decoder-epochs", "0"),
+        ("--decoder-lr", "nan"),
+        ("--decoder-lr", "0"),
+        ("--decoder-width", "0"),
+        ("--train-epochs", "-1"),
+        ("--d-lr", "-1e-3"),
+    ],
+)
+def test_a_meaningless_number_is_a_usage_error_naming_the_option(
+    capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    with pytest.raises(SystemExit) as err:
+        build_parser().parse_args(["fedhd-render", "--out", "g.png", option, value])
+    assert err.value.code == 2
+    assert f"argument {option}: expected" in capsys.readouterr().err

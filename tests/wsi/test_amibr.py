@@ -372,5 +372,7 @@ def test_cli_amibr(
     assert "7 crops (7 written, 0 already there" in cap.out
     assert cap.err == ""  # --quiet: no progress bar
     assert (out / "manifest.csv").read_bytes() == MANIFEST.encode()
-    assert main([*argv, "--size", "8"]) == 2
-    assert "error:" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # refused by the parser
+        main([*argv, "--size", "8"])
+    assert exit_.value.code == 2
+    assert "--size: expected an integer >= 16" in capsys.readouterr().err

@@ -98,3 +98,13 @@ def test_unreadable_tables(tmp_path: Path) -> None:
     binary.write_bytes(HEADER.encode() + b"\n\xff\xfe\x00,\x80\n")
     with pytest.raises(DataError, match="not a readable CSV table"):
         read_annotations(binary)
+
+
+def test_a_file_that_is_no_table_is_described_without_its_content(
+    tmp_path: Path,
+) -> None:
+    other = tmp_path / "passwd"
+    other.write_text("zebra:x:0:0:zebra:/home/zebra:/bin/bash\n")
+    with pytest.raises(DataError, match=r"missing column.*found 1 column") as err:
+        read_annotations(other)
+    assert "zeb" not in str(err.value)

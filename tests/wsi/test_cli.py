@@ -67,3 +67,52 @@ def test_scanner_maps_from_json_or_csv(tmp_path: Path) -> None:
     c.write_text("001.tiff\n")
     with pytest.raises(DataError, match="row 1 lacks 2 fields"):
         wsi_cli.read_scanner_map(c)
+
+
+def test_a_scanner_map_that_is_not_utf8_or_not_a_file(tmp_path: Path) -> None:
+    c = tmp_path / "m.csv"
+    c.write_bytes(b"001.tiff,sc\xe4nner\n")
+    with pytest.raises(DataError, match=r"m.csv': not UTF-8 text \(byte 0xe4"):
+        wsi_cli.read_scanner_map(c)
+    with pytest.raises(DataError, match=r"scanner map '.*' is a folder"):
+        wsi_cli.read_scanner_map(tmp_path)
+
+
+BASE = {
+    "tile": ["tile", "s.svs", "--out", "o"],
+    "features": ["features", "s.svs", "--out", "o", "--coords", "c"],
+    "mvmidog": ["mvmidog", "a.json", "slides", "--out", "o"],
+    "amibr": ["amibr", "--annotations", "a.csv", "--out", "o"],
+}
+
+
+@pytest.mark.parametrize(
+    ("stage", "option", "value"),
+    [
+        ("tile", "--patch-size", "0"),
+        ("tile", "--step", "-8"),
+        ("tile", "--level", "-1"),
+        ("tile", "--magnification", "nan"),
+        ("tile", "--magnification", "0"),
+        ("tile", "--mask-size", "0"),
+        ("features", "--batch-size", "0"),
+        ("features", "--batch-size", "-3"),
+        ("features", "--input-size", "0"),
+        ("mvmidog", "--seed", "-1"),
+        ("mvmidog", "--patch-size", "4"),
+        ("mvmidog", "--max-offset", "-1"),
+        ("mvmidog", "--margin", "-5"),
+        ("mvmidog", "--border-attempts", "0"),
+        ("mvmidog", "--negatives-per-slide", "-2"),
+        ("mvmidog", "--mask-size", "0"),
+        ("amibr", "--size", "1"),
+    ],
+)
+def test_a_meaningless_number_is_a_usage_error_naming_the_option(
+    capsys: pytest.CaptureFixture[str], stage: str, option: str, value: str
+) -> None:
+    with pytest.raises(SystemExit) as err:
+        parser().parse_args([*BASE[stage], option, value])
+    assert err.value.code == 2
+    assert f"argument {option}: expected" in capsys.readouterr().err
+    parser().parse_args(BASE[stage])  # the defaults are valid

@@ -85,3 +85,16 @@ def test_feature_stage_resumes_and_counts_bad(
     assert (tmp_path / "f" / "pt_files" / "slide_a.pt").is_file()
     again = extract_features_stage([path], tmp_path / "t", tmp_path / "f", **kw)
     assert again.resumed == ["slide_a"] and not again.done
+
+
+def test_a_coords_file_of_the_wrong_shape_or_kind_is_a_data_error(
+    tmp_path: Path,
+) -> None:
+    from fedpath.wsi.features import read_coords
+
+    with h5py.File(tmp_path / "odd.h5", "w") as fh:
+        fh.create_dataset("coords", data=np.arange(5))  # not (N, 2)
+    with pytest.raises(DataError, match=r"odd.h5' is unreadable or lacks"):
+        read_coords(tmp_path / "odd.h5")
+    with pytest.raises(DataError, match=r"coords file '.*' is a folder"):
+        read_coords(tmp_path)

@@ -57,3 +57,21 @@ def test_open_slide_backend_choice(
     # without OpenSlide only tifffile is tried, and its failure is named
     with pytest.raises(DataError, match=r"cannot read slide .*x\.svs.*tifffile: "):
         open_slide(svs)
+
+
+def test_slide_errors_name_the_file_never_its_bytes(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.tif"
+    secret.write_text("zebra:x:0:0:zebra:/home/zebra:/bin/bash\n")
+    with pytest.raises(DataError) as err:
+        open_slide(secret)
+    assert "secret.tif" in str(err.value) and "zeb" not in str(err.value)
+    with pytest.raises(DataError, match=r"slide '.*' is a folder; expected a file"):
+        open_slide(tmp_path)
+
+
+def test_a_fifo_named_like_a_slide_is_not_listed_or_opened(tmp_path: Path) -> None:
+    (tmp_path / "a.svs").write_bytes(b"x")
+    os.mkfifo(tmp_path / "b.svs")  # tifffile/OpenSlide would block reading it
+    assert find_slides([tmp_path]) == [tmp_path / "a.svs"]
+    with pytest.raises(DataError, match=r"b.svs' is not a regular file \(a FIFO\)"):
+        open_slide(tmp_path / "b.svs")

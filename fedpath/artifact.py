@@ -20,40 +20,81 @@ either kind, by the file's header (:data:`KINDS`); :func:`load_mil_model` and
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
 
 from fedpath.config import ModelConfig
 from fedpath.errors import ArtifactError
-from fedpath.mil.export import LoadedMILModel
+from fedpath.mil.export import LoadedMILModel, MILModelMeta
 from fedpath.model_file import (
+    CLASS_NAMES,
     FORMAT,
     LoadedFile,
+    check_class_names,
+    header_fields,
     model_kind,
     read_container,
     write_container,
 )
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.tta import dihedral_views
+from fedpath.schema import Check, Checked, Ge, Gt, Probability
 from fedpath.version import __version__
+
+#: the largest image side a model file may ask for (larger: a damaged header,
+#: and resizing every input to it would exhaust memory)
+MAX_SIDE = 4096
+
+
+def _side(v: Any) -> bool:
+    return isinstance(v, int) and 0 < v <= MAX_SIDE
+
+
+def _rgb(v: Any, positive: bool = False) -> bool:
+    return (
+        isinstance(v, list)
+        and len(v) == 3
+        and all(
+            isinstance(x, int | float)
+            and not isinstance(x, bool)
+            and math.isfinite(x)
+            and (x > 0 or not positive)
+            for x in v
+        )
+    )
+
+
+#: the header fields' constraints (:func:`fedpath.model_file.header_fields`)
+Side = Annotated[int, Check(f"a positive integer (at most {MAX_SIDE})", _side)]
+OptionalSide = Annotated[
+    int | None, Check(f"a positive integer (at most {MAX_SIDE})", _side)
+]
+Names = Annotated[list[str], Check(CLASS_NAMES, check_class_names)]
+Mean = Annotated[list[float], Check("3 finite numbers (R, G, B)", _rgb)]
+Std = Annotated[
+    list[float],
+    Check("3 finite numbers > 0 (R, G, B)", lambda v, rgb=_rgb: rgb(v, True)),
+]
 
 
 @dataclass
-class ModelMeta:
-    """What a model file says about itself."""
+class ModelMeta(Checked):
+    """What a model file says about itself; each field is checked when it is
+    read from a file (:func:`fedpath.model_file.header_fields`) or made."""
 
-    backbone: str
+    backbone: Annotated[str, Check("a backbone name", bool)]
     backbone_params: dict[str, Any]
-    class_names: list[str]
-    image_size: int
-    mean: list[float]
-    std: list[float]
+    class_names: Names
+    image_size: Side
+    mean: Mean
+    std: Std
     resize: str = "bilinear, antialiased, to image_size x image_size (aspect not kept)"
     fedpath_version: str = __version__
     format: int = FORMAT
@@ -68,18 +109,18 @@ class ModelMeta:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
     # the encoder's own expectations and provenance
     # (fedpath.models.pretrained.encoder_info); defaults keep older files loading
-    input_size: int | None = None
-    min_image_size: int | None = None
+    input_size: OptionalSide = None
+    min_image_size: OptionalSide = None
     weights_source: str = ""
     weights_sha256: str = ""
     weights_licence: str = ""
     # which weights (``selection``: last | selected | averaged) and the decision rule
     # fitted on the source validation slides; None: none (older files too)
-    round: int | None = None
+    round: Annotated[int | None, Ge(0)] = None
     selection: str = ""
-    temperature: float | None = None
-    threshold: float | None = None
-    target_sensitivity: float | None = None
+    temperature: Annotated[float | None, Gt(0)] = None
+    threshold: Annotated[float | None, Probability] = None
+    target_sensitivity: Annotated[float | None, Probability] = None
     #: test-time augmentation at prediction (``evaluation.tta`` of the run):
     #: ``dihedral`` averages the softmax over the 8 flips and turns
     tta: str = "none"
@@ -113,8 +154,7 @@ def _image_meta(header: Mapping[str, Any], path: Path) -> ModelMeta:
             "bags, not images); load it with fedpath.load_model, or use it with "
             "`fedpath evaluate` / `fedpath predict`"
         )
-    known = {f for f in ModelMeta.__dataclass_fields__}
-    return ModelMeta(**{k: v for k, v in header.items() if k in known})
+    return header_fields(ModelMeta, header, str(path))
 
 
 class LoadedModel(LoadedFile[ModelMeta]):
@@ -141,9 +181,11 @@ class LoadedModel(LoadedFile[ModelMeta]):
                 f"model file {str(path)!r}: tta must be 'none' or 'dihedral', got "
                 f"{meta.tta!r} (a newer fedpath wrote it?)"
             )
-        cfg = ModelConfig(backbone=meta.backbone, params=meta.backbone_params)
         self.model = self._fit(
-            lambda: build_model(cfg, meta.num_classes),
+            lambda: build_model(
+                ModelConfig(backbone=meta.backbone, params=meta.backbone_params),
+                meta.num_classes,
+            ),
             weights,
             f"backbone {meta.backbone!r}",
         )
@@ -231,12 +273,14 @@ def load_model(path: str | Path) -> LoadedModel | LoadedMILModel:
     inputs are images, a MIL model's a list of bags."""
     p = Path(path)
     header, weights = read_container(p)
-    kind = model_kind(header)
-    if kind not in KINDS:
+    kind = header.get("kind") or "image"
+    if not isinstance(kind, str) or kind not in KINDS:
         raise ArtifactError(
             f"model file {str(p)!r} holds a model of kind {kind!r}; this fedpath "
             f"{__version__} reads {', '.join(KINDS)}"
         )
+    if kind == LoadedMILModel.kind:  # types checked here; its own reader builds it
+        header_fields(MILModelMeta, header, str(p))
     return KINDS[kind].from_container(header, weights, p)
 
 

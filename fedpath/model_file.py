@@ -32,6 +32,7 @@ returns the right kind for a file's header.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -47,6 +48,7 @@ import torch
 from torch import nn
 
 from fedpath.errors import ArtifactError
+from fedpath.schema import ConfigError, from_mapping
 from fedpath.utils.io import atomic_write_bytes
 from fedpath.version import __version__
 
@@ -56,6 +58,9 @@ MAGIC = b"FEDPATH-MODEL\n"
 #: 2: a SHA-256 of the whole file at its end (1: of the payload only)
 FORMAT = 2
 SUFFIX = ".fpm"
+
+#: the metadata dataclass of one kind of model file (:func:`header_fields`)
+HeadT = TypeVar("HeadT")
 
 
 def write_container(path: Path, header: Mapping[str, Any], model: nn.Module) -> Path:
@@ -92,20 +97,37 @@ def _header(blob: bytes, where: str) -> tuple[dict[str, Any], int]:
     if len(blob) < start:
         raise ArtifactError(f"model file {where!r} is truncated (no header)")
     (n_head,) = struct.unpack("<Q", blob[len(MAGIC) : start])
+    if start + n_head > len(blob):
+        raise ArtifactError(
+            f"model file {where!r} is truncated: its header says {n_head:,} bytes, "
+            f"the file holds {len(blob) - start:,} after the magic"
+        )
     try:
         header = json.loads(blob[start : start + n_head])
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise ArtifactError(
             f"model file {where!r} is truncated or corrupted (unreadable header)"
         ) from None
+    # checked before any field is read: a list or a number has no fields
+    if not isinstance(header, dict):
+        raise ArtifactError(
+            f"model file {where!r}: the header is a JSON {_json_type(header)}; "
+            "expected a JSON object of fields (a damaged or foreign file)"
+        )
     fmt = header.get("format")
-    if fmt not in (1, FORMAT):
+    if fmt not in (1, FORMAT) or isinstance(fmt, bool):
         raise ArtifactError(
             f"model file {where!r} has format {fmt!r} (written by fedpath "
             f"{header.get('fedpath_version')}); this fedpath {__version__} reads "
             f"formats 1 and {FORMAT}"
         )
     return header, start + n_head
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for errors."""
+    names = {list: "list", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")
 
 
 def _payload(blob: bytes, header: Mapping[str, Any], start: int, where: str) -> bytes:
@@ -137,23 +159,100 @@ def _payload(blob: bytes, header: Mapping[str, Any], start: int, where: str) -> 
 
 def read_container(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """The verified header and weights of a model file of any kind (magic,
-    format, the whole-file SHA-256, the payload's length and SHA-256); every
-    failure names the file and the problem."""
+    format, the whole-file SHA-256, the payload's length and SHA-256, finite
+    weights); every failure names the file and the problem."""
     where = str(path)
-    if not path.is_file():
-        raise ArtifactError(f"model file {where!r} does not exist")
-    blob = path.read_bytes()
+    blob = _read_bytes(path, where)
     header, start = _header(blob, where)
     payload = _payload(blob, header, start, where)
     try:
         weights = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as err:
+        # not torch's text: it is several lines, and it suggests loading the file
+        # with code execution allowed, which fedpath never does
         raise ArtifactError(
-            f"model file {where!r}: cannot load weights: {err}"
+            f"model file {where!r}: the weights are not a tensors-only PyTorch "
+            f"file ({type(err).__name__}); fedpath loads weights only, never code"
         ) from None
-    if not isinstance(header, dict):
-        raise ArtifactError(f"model file {where!r}: the header is not a JSON object")
+    check_weights(weights, where)
     return header, weights
+
+
+def _read_bytes(path: Path, where: str) -> bytes:
+    """The file's bytes; a folder, a FIFO or an unreadable file is named as such
+    (never opened: a FIFO would block)."""
+    if path.is_dir():
+        raise ArtifactError(f"model file {where!r} is a folder; expected a .fpm file")
+    if not path.exists():
+        raise ArtifactError(f"model file {where!r} does not exist")
+    if not path.is_file():
+        raise ArtifactError(f"model file {where!r} is not a regular file")
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ArtifactError(
+            f"model file {where!r} cannot be read: {err.strerror}"
+        ) from None
+
+
+def check_weights(weights: Any, where: str) -> None:
+    """Refuse weights that are not named tensors, or a tensor holding NaN or
+    infinity: such a model's probabilities are ``nan`` for every input, so it
+    is refused at load instead of scoring or predicting garbage."""
+    if not isinstance(weights, dict) or not all(isinstance(k, str) for k in weights):
+        raise ArtifactError(
+            f"model file {where!r}: the weights are not a mapping of named tensors"
+        )
+    for name, tensor in weights.items():
+        if not isinstance(tensor, torch.Tensor):
+            continue  # e.g. an extra state; the network's load_state_dict judges
+        if (tensor.is_floating_point() or tensor.is_complex()) and not bool(
+            torch.isfinite(tensor).all()
+        ):
+            raise ArtifactError(
+                f"model file {where!r}: tensor {name!r} holds non-finite values "
+                "(NaN or infinity); the run that wrote it diverged: retrain it "
+                "(a lower train.lr) or export an earlier round"
+            )
+
+
+def check_class_names(names: Any) -> bool:
+    """Whether ``names`` is a non-empty list of unique, non-empty strings."""
+    return (
+        isinstance(names, list)
+        and len(names) > 0
+        and all(isinstance(n, str) and n.strip() for n in names)
+        and len(set(names)) == len(names)
+    )
+
+
+#: how :func:`check_class_names` is worded in errors
+CLASS_NAMES = "a non-empty list of unique, non-empty class names"
+
+
+def header_fields(cls: type[HeadT], header: Mapping[str, Any], where: str) -> HeadT:
+    """The metadata dataclass ``cls`` (of one kind of model file) built from a
+    verified header's fields, each type-checked against ``cls``'s annotations
+    and constraints (:func:`fedpath.schema.from_mapping`); fields ``cls`` does
+    not know are ignored (a newer fedpath's). A missing field or one of the
+    wrong type or value names the file, the field and what was expected."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for name, f in fields.items():
+        required = (
+            f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        )
+        if required and name not in header:
+            raise ArtifactError(
+                f"model file {where!r}: the header has no {name!r} field (a "
+                "damaged file, or one not written by fedpath)"
+            )
+    known = {k: v for k, v in header.items() if k in fields}
+    try:
+        return from_mapping(cls, known, "")
+    except ConfigError as err:
+        said = str(err).replace("config key ", "field ", 1)
+        raise ArtifactError(f"model file {where!r}: header {said}") from None
 
 
 class FileMeta(Protocol):
@@ -186,6 +285,10 @@ class LoadedFile(ABC, Generic[MetaT]):
     def __init__(self, meta: MetaT, path: Path | None = None) -> None:
         self.meta = meta
         self.path = path
+        if not check_class_names(meta.class_names):
+            raise ArtifactError(
+                f"model file {str(path)!r}: class_names must be {CLASS_NAMES}"
+            )
         if meta.temperature is not None and not meta.temperature > 0:
             raise ArtifactError(
                 f"model file {str(path)!r}: temperature must be > 0, got "

@@ -12,6 +12,28 @@ from fedpath.config import ExperimentConfig, load_config
 
 torch.set_num_threads(1)
 
+try:  # the property tests of the readers (tests/test_reader_properties.py)
+    from hypothesis import settings
+except ImportError:  # hypothesis is in the dev extra; without it they skip
+    pass
+else:
+    # a fixed example budget per test, no example database on disk, no deadline
+    # (a shared CI core is slow by moments); under CI=true the examples are
+    # derived from each test's name, so every CI run tries the same inputs
+    settings.register_profile(
+        "fedpath",
+        max_examples=40,
+        deadline=None,
+        database=None,
+        derandomize=os.environ.get("CI", "").lower() in ("1", "true"),
+        print_blob=False,
+    )
+    # more examples, when looking for bugs: pytest --hypothesis-profile=thorough
+    settings.register_profile(
+        "thorough", settings.get_profile("fedpath"), max_examples=1000
+    )
+    settings.load_profile("fedpath")
+
 TINY = [
     "data.params.num_hospitals=3",
     "data.params.samples_per_hospital=48",

@@ -161,3 +161,102 @@ def test_a_bad_decision_rule_or_weights_name_the_file(tmp_path: Path) -> None:
         loaded._fit(lambda: nn.Linear(3, 2), {"weight": torch.zeros(1)}, "a 3x2 layer")
     net = loaded._fit(lambda: nn.Linear(3, 2), nn.Linear(3, 2).state_dict(), "x")
     assert not net.training
+
+
+def _sealed(path: Path, head_bytes: bytes, payload: bytes) -> Path:
+    """A format-2 file around ``head_bytes`` with valid checksums (as a writer,
+    not a tamperer, would produce it)."""
+    body = MAGIC + struct.pack("<Q", len(head_bytes)) + head_bytes + payload
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        (b"[1, 2]", "the header is a JSON list"),
+        (b"42", "the header is a JSON number"),
+        (b'"x"', "the header is a JSON string"),
+        (b'{"format": 2, "class', "truncated or corrupted"),
+        (b"[" * 100_000, "truncated or corrupted"),  # nesting that overflows
+        (b'{"format": true}', "has format True"),
+    ],
+)
+def test_a_header_that_is_not_an_object_names_the_file(
+    tmp_path: Path, head: bytes, said: str
+) -> None:
+    path = _sealed(tmp_path / "h.fpm", head, b"")
+    with pytest.raises(ArtifactError, match=f"h.fpm'.*{said}"):
+        read_container(path)
+
+
+def test_a_header_longer_than_the_file_is_truncated(tmp_path: Path) -> None:
+    path = tmp_path / "long.fpm"
+    path.write_bytes(MAGIC + struct.pack("<Q", 10**12) + b"{}")
+    with pytest.raises(ArtifactError, match="long.fpm' is truncated: its header"):
+        read_container(path)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(
+    tmp_path: Path, bad: float
+) -> None:
+    net = nn.Linear(3, 2)
+    with torch.no_grad():
+        net.bias[1] = bad
+    head = {"format": FORMAT, "class_names": ["a", "b"]}
+    path = write_container(tmp_path / "nan.fpm", head, net)
+    with pytest.raises(ArtifactError, match=r"nan.fpm': tensor 'bias' holds non-fin"):
+        read_container(path)
+
+
+def test_weights_that_are_not_named_tensors_are_refused(tmp_path: Path) -> None:
+    import io
+
+    buf = io.BytesIO()
+    torch.save([torch.zeros(2)], buf)
+    payload = buf.getvalue()
+    head = {
+        "format": FORMAT,
+        "payload_bytes": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    path = _sealed(tmp_path / "l.fpm", json.dumps(head).encode(), payload)
+    with pytest.raises(ArtifactError, match="l.fpm': the weights are not a mapping"):
+        read_container(path)
+
+
+def test_a_folder_or_a_fifo_is_named_not_opened(tmp_path: Path) -> None:
+    import os
+
+    with pytest.raises(ArtifactError, match="'.*d.fpm' is a folder"):
+        (tmp_path / "d.fpm").mkdir()
+        read_container(tmp_path / "d.fpm")
+    os.mkfifo(tmp_path / "f.fpm")  # opening it would block forever
+    with pytest.raises(ArtifactError, match="f.fpm' is not a regular file"):
+        read_container(tmp_path / "f.fpm")
+
+
+def test_class_names_must_be_unique_non_empty_names(tmp_path: Path) -> None:
+    for names in ([], ["a", "a"], ["a", ""], ["a", 3]):
+        meta = _Meta(2, None, None)
+        meta.class_names = names  # type: ignore[assignment]
+        with pytest.raises(ArtifactError, match="x.fpm': class_names must be"):
+            _Fixed(meta, tmp_path / "x.fpm")
+
+
+def test_weights_holding_code_are_refused_in_one_line(tmp_path: Path) -> None:
+    import io
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(1), "x": _Meta(2, None, None)}, buf)  # an object
+    payload = buf.getvalue()
+    head = {
+        "format": FORMAT,
+        "payload_bytes": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    path = _sealed(tmp_path / "code.fpm", json.dumps(head).encode(), payload)
+    with pytest.raises(ArtifactError, match="code.fpm': the weights are not a te") as e:
+        read_container(path)
+    assert "\n" not in str(e.value) and "trust" not in str(e.value)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from fedpath.commands.common import add_common, console, no_such_metric
 from fedpath.config import ConfigError
-from fedpath.utils.cli_args import SubParsers
+from fedpath.utils.cli_args import SubParsers, positive_number
 
 if TYPE_CHECKING:
     from fedpath.evaluation.paired import Comparison
@@ -28,7 +28,7 @@ def register(sub: SubParsers) -> None:
         "interval, a test and a verdict",
         description="Pair every method's runs with the baseline's on the same "
         "(held-out domain, seed) units and report the mean difference (points), "
-        "its bootstrap 95%% interval, a paired test (exact sign-flip permutation "
+        "its bootstrap 95% interval, a paired test (exact sign-flip permutation "
         "up to 16 units, Wilcoxon signed-rank above), wins and losses, and a "
         "verdict: better, worse, or not separated at this power with the units "
         "it would take.",
@@ -53,7 +53,7 @@ def add_compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default="balanced_accuracy", help="metric to compare")
     p.add_argument(
         "--effect",
-        type=float,
+        type=positive_number,
         default=None,
         help="the difference (points) the power statement is about "
         "(default: the observed mean difference)",
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from fedpath.runtime.experiment import collect_rows
 
     rows = collect_rows(args.paths, args.split, args.select)
+    check_unique_runs(args.paths, rows)  # else one of two would be dropped
     comps = comparisons(rows, args.baseline, args.metric, args.effect, args.split)
     text = render(comps, args.format)
     console(False).print(text, highlight=False, markup=False)
@@ -124,3 +125,34 @@ def as_dict(c: Comparison) -> dict[str, object]:
         "ties": c.ties,
         "verdict": c.verdict,
     }
+
+
+def check_unique_runs(paths: Sequence[Path], rows: Sequence[ResultRow]) -> None:
+    """A ConfigError naming the two run directories when two rows are one
+    (method, target or client, seed): a copied run directory, a path given
+    twice or inside another, or two experiments mixed. Both would be averaged
+    (the table) or one silently dropped (the paired comparison)."""
+    seen: set[tuple[str, str, int]] = set()
+    for r in rows:
+        key = (r.method, r.target, r.seed)
+        if key not in seen:
+            seen.add(key)
+            continue
+        from fedpath.runtime.experiment import find_runs
+        from fedpath.runtime.records import read_final
+
+        dirs = []
+        for d in find_runs(paths):
+            rec = read_final(d)
+            clients = rec["evaluation"].get("clients") or {}
+            if (rec["method"], rec["seed"]) == (r.method, r.seed) and (
+                rec["target"] == r.target or r.target in clients
+            ):
+                dirs.append(str(d))
+        where = " and ".join(map(repr, dirs[:2])) or ", ".join(map(str, paths))
+        raise ConfigError(
+            f"two finished runs are method {r.method!r}, domain or client "
+            f"{r.target!r}, seed {r.seed} ({where}): a run directory copied, a "
+            "path given twice or inside another, or two experiments mixed; give "
+            "paths that hold each run once"
+        )

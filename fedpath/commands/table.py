@@ -7,13 +7,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fedpath.commands.common import add_common, console, no_such_metric
 from fedpath.utils.cli_args import SubParsers, is_quiet
-
-if TYPE_CHECKING:
-    pass
 
 #: The title of each ``--split``.
 SPLIT_TITLES = {
@@ -104,6 +100,7 @@ def print_table(
     runs under ``paths``; ``split`` None: the first of ``target``, ``clients``,
     ... that these runs have (runs with ``lodo.targets: none`` have only
     ``clients``), said in the title."""
+    from fedpath.commands.compare import check_unique_runs
     from fedpath.evaluation.table_formats import to_csv, to_latex, to_markdown
     from fedpath.evaluation.tables import build_table
     from fedpath.runtime.experiment import collect_rows, splits_of
@@ -113,6 +110,7 @@ def print_table(
         have = splits_of(paths)
         split = have[0] if have else "target"  # none: collect_rows says why
     rows = collect_rows(paths, split, select)
+    check_unique_runs(paths, rows)  # else two would be averaged as one
     if rows and not any(metric in r.metrics for r in rows):
         no_such_metric(metric, split, rows)
     if methods is not None:  # keep the suite's methods, in the suite's order

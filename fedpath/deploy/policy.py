@@ -85,6 +85,9 @@ def load_policy(path: Path | None, allow_non_private: Iterable[str] = ()) -> Nod
         where = f"node policy {str(path)!r}"
         raw = read_yaml_mapping(path, "node policy", "a mapping of policy keys")
     extra = list(allow_non_private)
-    if extra:
-        raw["allow_non_private"] = [*(raw.get("allow_non_private") or []), *extra]
+    listed = raw.get("allow_non_private")
+    # a value that is not a list is left as written, so the error names the key
+    # instead of a string's letters being read as algorithm names
+    if extra and (listed is None or isinstance(listed, list)):
+        raw["allow_non_private"] = [*(listed or []), *extra]
     return parse_policy(raw, where)

@@ -8,16 +8,14 @@ share a dataset and a budget.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedpath.errors import ConfigError
+from fedpath.errors import ConfigError, DataError
 from fedpath.runtime.persistence import FINAL, MODEL, RESULTS, TRAFFIC
-from fedpath.utils.io import read_jsonl
+from fedpath.runtime.records import read_final, read_json_lines
+from fedpath.utils.yaml_io import read_yaml_mapping
 
 
 @dataclass
@@ -41,11 +39,17 @@ class Run:
 
     @property
     def seed(self) -> int:
-        return int(self.final["seed"]) if self.final else int(self.path.name[4:] or 0)
+        if self.final:
+            return int(self.final["seed"])
+        digits = self.path.name.removeprefix("seed")  # {target}/seed{seed}
+        return int(digits) if digits.isdigit() else 0
 
     @property
     def protocol(self) -> str:
-        return str(self.config.get("evaluation", {}).get("protocol", "classifier"))
+        ev = self.config.get("evaluation")
+        if not isinstance(ev, dict):
+            return "classifier"
+        return str(ev.get("protocol", "classifier"))
 
     @property
     def model_file(self) -> Path | None:
@@ -53,8 +57,13 @@ class Run:
         return p if p.is_file() else None
 
     def traffic(self) -> list[dict[str, Any]]:
-        p = self.path / TRAFFIC
-        return list(read_jsonl(p)) if p.is_file() else []
+        """The run's ``traffic.jsonl`` records, checked as ``fedpath audit``
+        checks them (:func:`fedpath.runtime.audit.read_traffic`); [] without."""
+        from fedpath.runtime.audit import read_traffic
+
+        if not (self.path / TRAFFIC).exists():
+            return []
+        return read_traffic(self.path, torn_tail="skip")  # a live run's too
 
 
 @dataclass
@@ -106,10 +115,40 @@ def _is_run(p: Path) -> bool:
 
 
 def _read(p: Path) -> Run:
-    cfg = yaml.safe_load((p / "config.yaml").read_text()) or {}
-    final = json.loads((p / FINAL).read_text()) if (p / FINAL).is_file() else None
-    records = list(read_jsonl(p / RESULTS)) if (p / RESULTS).is_file() else []
-    return Run(p, cfg, final, records)
+    """A run directory's config, ``final.json`` and ``results.jsonl``, each
+    checked (:mod:`fedpath.runtime.records`): a damaged file is an error naming
+    it and the line; a truncated last line of a run still writing is left out."""
+    cfg = read_yaml_mapping(p / "config.yaml", "run config")
+    algorithm = cfg.get("algorithm")
+    if not cfg.get("label") and not (
+        isinstance(algorithm, dict) and isinstance(algorithm.get("name"), str)
+    ):
+        raise DataError(
+            f"run config {str(p / 'config.yaml')!r}: no 'algorithm.name' (a "
+            "damaged run directory)"
+        )
+    final = read_final(p) if (p / FINAL).exists() else None
+    return Run(p, cfg, final, _results(p / RESULTS))
+
+
+def _results(path: Path) -> list[dict[str, Any]]:
+    """The records of ``results.jsonl`` ([] without one), each with an integer
+    ``round`` and a string ``kind`` where it has them (what the curves read)."""
+    if not path.exists():
+        return []
+    lines = read_json_lines(path, "run record")
+    for line, rec in zip(lines.numbers, lines.records, strict=True):
+        rnd, kind = rec.get("round", 0), rec.get("kind", "")
+        if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 0:
+            raise DataError(
+                f"run record {str(path)!r}: line {line}: 'round' must be an "
+                "integer >= 0"
+            )
+        if not isinstance(kind, str):
+            raise DataError(
+                f"run record {str(path)!r}: line {line}: 'kind' must be a string"
+            )
+    return lines.records
 
 
 def find_experiments(paths: list[Path]) -> list[Experiment]:

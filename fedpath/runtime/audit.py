@@ -16,9 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import yaml
+from typing import TYPE_CHECKING, Any, Literal
 
 from fedpath.errors import DataError
 from fedpath.runtime.guard import image_shaped
@@ -67,25 +65,86 @@ def manifest(payload: Payload) -> list[list[Any]]:
     ]
 
 
-def read_traffic(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "traffic.jsonl"
-    if not path.is_file():
+def read_traffic(
+    run_dir: Path, torn_tail: Literal["skip", "refuse"] = "refuse"
+) -> list[dict[str, Any]]:
+    """Every record of the run's ``traffic.jsonl``, each checked
+    (:func:`check_record`). The audit vouches for what it read, so a record it
+    cannot read, a truncated last line included (a run still writing, or
+    killed mid-write), is an error naming the file and the line, never a
+    record skipped under a clean verdict; the report's curves of a live run
+    (``torn_tail="skip"``) leave a truncated last line out."""
+    path = run_dir / "traffic.jsonl"  # persistence.TRAFFIC (which imports torch)
+    if not path.exists():
         raise DataError(
             f"{run_dir}: no traffic.jsonl (not a run directory, or a run made "
             "before fedpath recorded its traffic)"
         )
-    from fedpath.utils.io import read_jsonl
+    from fedpath.runtime.records import read_json_lines
 
-    return list(read_jsonl(path))
+    lines = read_json_lines(path, "traffic record", torn_tail=torn_tail)
+    where = f"traffic record {str(path)!r}"
+    for line, record in zip(lines.numbers, lines.records, strict=True):
+        check_record(record, f"{where}: line {line}")
+    return lines.records
+
+
+def check_record(record: dict[str, Any], where: str) -> None:
+    """A ``traffic.jsonl`` record as :class:`~fedpath.runtime.traffic.TrafficAudit`
+    writes it: ``round`` (an integer), ``stage`` and ``client`` (strings),
+    ``received`` (a list of arrays) and ``sent`` (a list of arrays, or null: no
+    reply), each array ``[group, name, dtype, shape, bytes]``."""
+    for key, ok, expected in (
+        ("round", _is_int, "an integer"),
+        ("stage", _is_str, "a string"),
+        ("client", _is_str, "a string"),
+        ("received", _is_arrays, ARRAYS),
+    ):
+        if not ok(record.get(key)):
+            raise DataError(f"{where}: {key!r} must be {expected}")
+    if record.get("sent") is not None and not _is_arrays(record["sent"]):
+        raise DataError(f"{where}: 'sent' must be {ARRAYS}, or null (no reply)")
+
+
+#: how a list of arrays of a traffic record is worded in errors
+ARRAYS = "a list of [group, name, dtype, shape, bytes] arrays"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_arrays(v: Any) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(a, list)
+        and len(a) == 5
+        and all(_is_str(x) for x in a[:3])
+        and isinstance(a[3], list)
+        and all(_is_int(n) and n >= 0 for n in a[3])
+        and _is_int(a[4])
+        and a[4] >= 0
+        for a in v
+    )
 
 
 def image_size_of(run_dir: Path) -> int | None:
+    """The run's image size (``data.params.image_size`` of its ``config.yaml``),
+    for the check that nothing image-shaped left a client; None: not recorded.
+    A config that cannot be read is an error (the audit could not check)."""
+    from fedpath.utils.yaml_io import read_yaml_mapping
+
     cfg = run_dir / "config.yaml"
-    if not cfg.is_file():
+    if not cfg.exists():
         return None
-    raw = yaml.safe_load(cfg.read_text()) or {}
-    size = ((raw.get("data") or {}).get("params") or {}).get("image_size")
-    return int(size) if isinstance(size, int) else None
+    raw = read_yaml_mapping(cfg, "run config")
+    data = raw.get("data")
+    params = data.get("params") if isinstance(data, dict) else None
+    size = params.get("image_size") if isinstance(params, dict) else None
+    return size if isinstance(size, int) and _is_int(size) and size > 0 else None
 
 
 def verdict(records: list[dict[str, Any]], image_size: int | None) -> list[str]:

@@ -21,6 +21,7 @@ import yaml
 
 from fedpath.registry import ALGORITHMS
 from fedpath.schema import Checked, ConfigError, Ge, Gt, Range, from_mapping
+from fedpath.utils.yaml_io import DuplicateKeyError, strict_load, yaml_problem
 from fedpath.wire import declared, describe
 
 #: node-config key holding the policy (YAML text of the mapping)
@@ -136,9 +137,17 @@ def node_policy(node_config: Mapping[str, Any]) -> NodePolicy:
     if text is None:
         return NodePolicy()
     try:
-        raw = yaml.safe_load(str(text))
+        raw = strict_load(str(text))
+    except DuplicateKeyError as err:
+        raise PolicyError(f"node config {NC_POLICY!r}: {err}") from None
     except yaml.YAMLError as err:
+        # one line with its line and column, never PyYAML's excerpt of the
+        # text: this error travels from the node to the coordinator
         raise PolicyError(
-            f"node config {NC_POLICY!r} is not valid YAML: {err}"
+            f"node config {NC_POLICY!r} is not valid YAML: {yaml_problem(err)}"
+        ) from None
+    except RecursionError:
+        raise PolicyError(
+            f"node config {NC_POLICY!r} is not valid YAML: nested too deeply"
         ) from None
     return parse_policy(raw, f"node config {NC_POLICY!r}")

@@ -28,19 +28,38 @@ class StrictLoader(yaml.SafeLoader):
     def construct_mapping(
         self, node: yaml.MappingNode, deep: bool = False
     ) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
+        seen: dict[Any, tuple[int, int]] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
+            # line and column: a flow mapping ({a: 1, a: 2}) repeats a key on one line
+            at = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             try:
-                first = seen.setdefault(key, line)
+                first = seen.setdefault(key, at)
             except TypeError:  # an unhashable key: PyYAML's own error follows
                 continue
-            if first != line:
+            if first != at:
+                where = (
+                    f"lines {first[0]} and {at[0]}"
+                    if first[0] != at[0]
+                    else f"line {at[0]}, columns {first[1]} and {at[1]}"
+                )
                 raise DuplicateKeyError(
-                    f"key {key!r} is given twice (lines {first} and {line}); keep one"
+                    f"key {key!r} is given twice ({where}); keep one"
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's error as one line with its line and column, without the excerpt
+    of the file PyYAML adds (an error may travel from a hospital's node to the
+    coordinator: it names the place, never the content)."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        problem = err.problem or err.context or "unreadable"
+        if mark is not None:
+            return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+        return str(problem)
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def strict_load(text: str) -> Any:
@@ -73,7 +92,9 @@ def read_yaml_mapping(
     except DuplicateKeyError as err:
         raise ConfigError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{where} is not valid YAML: {err}") from None
+        raise ConfigError(f"{where} is not valid YAML: {yaml_problem(err)}") from None
+    except RecursionError:
+        raise ConfigError(f"{where} is not valid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -101,3 +101,17 @@ def test_compare_errors_name_the_option(
     root = _runs(tmp_path)
     assert main(["compare", str(root), *argv]) != 0
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "nan", "inf", "x"])
+def test_a_meaningless_effect_is_a_usage_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    from fedpath.cli import build_parser
+
+    with pytest.raises(SystemExit) as err:
+        build_parser().parse_args(
+            ["compare", str(tmp_path), "--baseline", "fedavg", "--effect", value]
+        )
+    assert err.value.code == 2
+    assert "argument --effect: expected a finite number > 0" in capsys.readouterr().err

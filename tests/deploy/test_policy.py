@@ -65,3 +65,31 @@ def test_supernode_cli_puts_the_policy_in_the_node_config(
     f.write_text("max_upload_ratio: 3\n")
     assert main([*base, "--policy", str(f)]) == 2
     assert "'max_upload_ratio': expected a number in [0, 1]" in capsys.readouterr().err
+
+
+def test_a_policy_key_of_the_wrong_type_is_named_with_the_flags(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "policy.yaml"
+    # a string, not a list: its letters were read as algorithm names
+    f.write_text("allow_non_private: central_supervised\n")
+    with pytest.raises(ConfigError, match="'allow_non_private': expected a list"):
+        load_policy(f, ["pooled_mil"])
+    for text, expected in [
+        ("max_rounds: ten", "'max_rounds': expected an integer"),
+        ("require_dp: 1", "'require_dp': expected true or false"),
+        ("algorithms: fedavg", "'algorithms': expected a list"),
+    ]:
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=_re(expected)):
+            load_policy(f)
+
+
+def test_a_policy_that_is_not_yaml_names_the_place_not_the_content(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "policy.yaml"
+    f.write_text("root:x:0:0:root:/root:/bin/bash\nsecret: [1\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML: .*\(line \d+, col") as e:
+        load_policy(f)
+    assert "secret" not in str(e.value) and "\n" not in str(e.value)

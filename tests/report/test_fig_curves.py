@@ -31,7 +31,8 @@ def test_curves_average_a_methods_runs_per_round(tmp_path: Path) -> None:
         {"kind": "eval", "round": 1, "split": "target", "accuracy": 0.7},
         {"kind": "eval", "round": 1, "split": "source", "accuracy": 0.9},
     ])  # fmt: skip
-    traffic = {"round": 1, "client": "c0", "sent": [["w", "x", "f4", [2], 8]]}
+    traffic = {"round": 1, "stage": "fit", "client": "c0", "received": []}
+    traffic["sent"] = [["w", "x", "f4", [2], 8]]
     (b.path / "traffic.jsonl").write_text(json.dumps(traffic) + "\n")
     curves = collect_curves([a, b])["fedavg"]
     assert curves["loss"] == [(1, 3.0)]

@@ -57,3 +57,29 @@ def test_paths_without_runs_are_refused(tmp_path: Path) -> None:
         find_experiments([tmp_path / "nope"])
     with pytest.raises(ConfigError, match="no run directories"):
         find_experiments([tmp_path])
+
+
+def test_damaged_run_records_are_named_and_a_live_run_is_read(
+    tmp_path: Path,
+) -> None:
+    from fedpath.errors import DataError
+
+    done = _run(tmp_path, "fedavg", "h0", 0, True, 1000)
+    live = _run(tmp_path, "fedavg", "h1", 0, False, 1001)
+    # a run still writing: its last line is cut short; read without it
+    (live / "results.jsonl").write_text('{"kind": "round", "round": 1}\n{"kin')
+    (exp,) = find_experiments([tmp_path])
+    assert [len(r.records) for r in exp.runs if r.final is None] == [1]
+    (live / "results.jsonl").write_text('{"kind": "round"\n{"round": 2}\n')
+    with pytest.raises(DataError, match=r"results.jsonl': line 1 is not valid JSON"):
+        find_experiments([tmp_path])
+    (live / "results.jsonl").write_text("")
+    (done / "final.json").write_text('{"method": "fedavg", "target"')
+    with pytest.raises(DataError, match=r"final.json': not valid JSON"):
+        find_experiments([tmp_path])
+    (done / "final.json").write_text("[]")
+    with pytest.raises(DataError, match="final.json': expected a JSON object"):
+        find_experiments([tmp_path])
+    (done / "config.yaml").write_text("algorithm: [1\n")
+    with pytest.raises(ConfigError, match="config.yaml' is not valid YAML"):
+        find_experiments([tmp_path])

@@ -3,13 +3,14 @@ run runs, and the run-time check that nothing image-shaped leaves a client."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fedpath.cli import main
-from fedpath.config import load_config
+from fedpath.config import ConfigError, load_config
 from fedpath.runtime.audit import audit
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.runtime.rules import PolicyError
@@ -76,3 +77,52 @@ def test_an_image_shaped_reply_stops_an_in_process_run(
 
 def test_audit_without_traffic_says_so(tmp_path: Path) -> None:
     assert main(["audit", str(tmp_path)]) == 2
+
+
+def _traffic(run_dir: Path, tail: str = "") -> Path:
+    """A run directory whose traffic.jsonl holds two records, plus ``tail``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text("data:\n  params:\n    image_size: 32\n")
+    weights = [["weights", "w", "float32", [8, 3, 3, 3], 864]]
+    lines = [
+        {"round": 1, "stage": "fit", "client": c, "received": weights, "sent": weights}
+        for c in ("h0", "h1")
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in lines)
+    (run_dir / "traffic.jsonl").write_text(text + tail)
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("tail", "said"),
+    [
+        ('{"round": 2, "stage": "fit"\n', "line 3 is not valid JSON"),
+        ('{"round": 2, "stage": "fit", "cli', "line 3 is truncated"),  # mid-write
+        ("[1, 2, 3]\n", "line 3 is a list; expected a JSON object"),
+        ('{"round": "2", "stage": "fit", "client": "h0", "received": []}\n', "round"),
+        (
+            '{"round": 2, "stage": "fit", "client": "h0", "received": [], '
+            '"sent": [["pool", "x", "uint8", "big", 1]]}\n',
+            "line 3: 'sent' must be a list of",
+        ),
+    ],
+)
+def test_audit_cannot_say_clean_when_a_record_is_unreadable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tail: str, said: str
+) -> None:
+    clean = _traffic(tmp_path / "clean")
+    assert audit(clean)[1] == []
+    assert main(["audit", str(clean)]) == 0
+    capsys.readouterr()
+    run_dir = _traffic(tmp_path / "bad", tail)
+    assert main(["audit", str(run_dir)]) == 2
+    captured = capsys.readouterr()
+    assert "traffic.jsonl'" in captured.err and said in captured.err
+    assert "nothing image-shaped or raw left" not in captured.out
+
+
+def test_audit_with_an_unreadable_run_config_is_an_error(tmp_path: Path) -> None:
+    run_dir = _traffic(tmp_path)
+    (run_dir / "config.yaml").write_text("data: [1\n")
+    with pytest.raises(ConfigError, match="config.yaml' is not valid YAML"):
+        audit(run_dir)

@@ -55,3 +55,27 @@ def test_node_config_round_trip_and_errors() -> None:
         parse_policy({"allow_non_private": ["nope"]}, "x")
     with pytest.raises(ConfigError, match="x: expected a mapping of policy keys"):
         parse_policy([1], "x")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "{algorithms: [fedavg], secret_word_xyz: [",
+            r"not valid YAML: .*\(line 1, column \d+\)$",
+        ),
+        (
+            "max_rounds: 3\nmax_rounds: 4\nsecret_word_xyz: 1",
+            "key 'max_rounds' is given twice",
+        ),
+        ("[" * 5000, "not valid YAML"),
+    ],
+)
+def test_node_config_errors_are_one_line_without_the_text(
+    text: str, expected: str
+) -> None:
+    """The error travels to the coordinator: its place, never the policy text."""
+    with pytest.raises(PolicyError, match=expected) as err:
+        node_policy({NC_POLICY: text})
+    message = str(err.value)
+    assert "\n" not in message and "secret_word_xyz" not in message

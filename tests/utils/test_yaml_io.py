@@ -40,6 +40,8 @@ def test_a_mapping_is_read_and_an_empty_file_is_empty(tmp_path: Path) -> None:
             "train:\n  lr: 1\n  rounds: 2\n  lr: 3\n",
             "key 'lr' is given twice (lines 2 and 4)",
         ),
+        # a flow mapping repeats a key on one line (a node policy travels so)
+        ("train: {lr: 1, lr: 3}\n", "key 'lr' is given twice (line 1, columns 9"),
     ],
 )
 def test_a_key_given_twice_names_the_key_and_both_lines(
@@ -90,3 +92,25 @@ def test_an_empty_experiment_config_is_an_error(
     assert "is empty" in capsys.readouterr().err
     assert main(["run", str(tmp_path)]) == 2
     assert "is a folder; expected a YAML file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: hunter2\nkey: [1\n",  # a scanner error
+        "a: b: c: hunter2\n",
+        "? [hunter2]\n: 1\n",  # an unhashable key
+        "a: !!python/object:os.system hunter2\n",
+    ],
+)
+def test_a_yaml_error_is_one_line_that_never_quotes_the_file(
+    tmp_path: Path, text: str
+) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML") as err:
+        read_yaml_mapping(_file(tmp_path, text))
+    assert "hunter2" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_yaml_nested_too_deeply_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        read_yaml_mapping(_file(tmp_path, "a: " + "[" * 5000 + "]" * 5000))

@@ -33,6 +33,7 @@ from fedpath.config_sections import (
     RuntimeConfig,
     TrainConfig,
     check_backend,
+    check_distinct,
 )
 from fedpath.registry import ALGORITHMS, BACKBONES, DATASETS, MIL_MODELS, Registry
 from fedpath.schema import (  # noqa: F401  (ConfigError, resolve_params: their home)
@@ -306,6 +307,11 @@ def parse_override(item: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"override {item!r}: the key is empty")
+    if "" in key.split("."):
+        raise ConfigError(
+            f"override {item!r}: the key {key!r} has an empty part; expected "
+            "dotted names (e.g. train.lr=1e-4)"
+        )
     try:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError:
@@ -350,6 +356,8 @@ def build_config(raw: Mapping[str, Any]) -> ExperimentConfig:
             name_key="backbone",
         ),
     )
+    check_distinct(data.params, "data.params", ("classes", "domains"))
+    check_distinct({"targets": cfg.lodo.targets}, "lodo", ("targets",))
     algorithm = dataclasses.replace(
         cfg.algorithm,
         params=_resolve(

@@ -7,6 +7,7 @@ holds one of each). Frozen dataclasses with declarative constraints
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -325,3 +326,21 @@ def check_backend(backend: str) -> None:
             f"package, which is not installed: pip install 'fedpath[{extra}]' "
             "(or runtime.tracking=none)"
         )
+
+
+def check_distinct(
+    params: Mapping[str, Any], section: str, keys: Sequence[str]
+) -> None:
+    """Each list of names among ``keys`` names each one once: ``classes:
+    [normal, normal]`` would otherwise surface later as a label that belongs to
+    no class, and a domain listed twice would be trained twice."""
+    for key in keys:
+        names = params.get(key)
+        if not isinstance(names, list):
+            continue
+        twice = sorted({str(n) for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(
+                f"config key '{section}.{key}': {', '.join(map(repr, twice))} "
+                f"listed twice; expected distinct names, got {names}"
+            )

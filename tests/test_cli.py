@@ -100,3 +100,34 @@ def test_help_and_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "algorithms"]) == 0
     out = capsys.readouterr().out
     assert "fedavg" in out and "fedprox" in out and "fedbn" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "{cfg}"],
+        ["check", "{cfg}"],
+        ["suite", "{cfg}"],
+        ["ablate", "{cfg}"],
+        ["data", "--config", "{cfg}"],
+        ["stain-report", "--config", "{cfg}", "--out", "{tmp}/sr"],
+    ],
+)
+@pytest.mark.parametrize(
+    ("made", "said"),
+    [("folder", "is a folder; expected a YAML file"), ("missing", "does not exist")],
+)
+def test_every_config_path_names_a_folder_or_a_missing_file(
+    tmp_path: Path,
+    argv: list[str],
+    made: str,
+    said: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = tmp_path / "configs"
+    if made == "folder":
+        cfg.mkdir()
+    words = [w.format(cfg=cfg, tmp=tmp_path) for w in argv]
+    assert main([*words, "-q"] if argv[0] in ("run", "suite", "ablate") else words) == 2
+    err = capsys.readouterr().err
+    assert f"'{cfg}' {said}" in err and len(err.strip().splitlines()) == 1

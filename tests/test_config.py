@@ -139,6 +139,39 @@ def test_override_syntax(tmp_path: Path) -> None:
         load_config(write(tmp_path, "name: x\n"), ["name.sub=1"])
     with pytest.raises(ConfigError, match="'name': expected a string"):
         load_config(None, ["name.sub=1"])
+    for key in ("train..lr", ".lr", "train."):
+        with pytest.raises(ConfigError, match=f"the key '{key}' has an empty part"):
+            parse_override(f"{key}=1")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["data.name=manifest", "data.params={}", "data.params.classes=[a,b,a]"],
+            r"'data.params.classes': 'a' listed twice; expected distinct names",
+        ),
+        (
+            ["data.name=folder", "data.params={}", "data.params.domains=[x,x]"],
+            r"'data.params.domains': 'x' listed twice",
+        ),
+        (
+            ["data.name=clam_bags", "data.params={}", "data.params.classes=[n,n]"],
+            r"'data.params.classes': 'n' listed twice",
+        ),
+        (
+            ["lodo.targets=[hospital_1,hospital_1]"],
+            r"'lodo.targets': 'hospital_1' listed twice",
+        ),
+    ],
+)
+def test_a_name_listed_twice_is_named(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+    # the same lists with distinct names load
+    fixed = [o.replace(",a]", "]").replace("[x,x]", "[x]") for o in overrides]
+    fixed = [o.replace("[n,n]", "[n]").replace("hospital_1,", "") for o in fixed]
+    load_config(None, fixed)
 
 
 def test_saved_yaml_is_plain(tmp_path: Path) -> None:

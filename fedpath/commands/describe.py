@@ -15,7 +15,8 @@ from rich.console import Console
 
 from fedpath.catalog import KINDS
 from fedpath.commands.common import packaged_config
-from fedpath.utils.cli_args import SubParsers, add_overrides
+from fedpath.errors import ConfigError
+from fedpath.utils.cli_args import SubParsers, add_overrides, int_at_least
 
 
 def register_list(sub: SubParsers) -> None:
@@ -59,7 +60,12 @@ def register_stain_report(sub: SubParsers) -> None:
     sr.add_argument(
         "--channel", default="gray", choices=["gray", "r", "g", "b", "L", "H", "E"]
     )
-    sr.add_argument("--images", type=int, default=200, help="images sampled per domain")
+    sr.add_argument(
+        "--images",
+        type=int_at_least(1),
+        default=200,
+        help="images sampled per domain",
+    )
     sr.add_argument("--title", default=None)
 
 
@@ -68,8 +74,10 @@ def run_stain_report(args: argparse.Namespace) -> int:
     from fedpath.config import load_config
     from fedpath.runtime.experiment import load_dataset
     from fedpath.stain.analysis import analyse, write_report
+    from fedpath.utils.io import make_folder
 
     cfg = load_config(args.config or packaged_config("demo_base"), args.overrides)
+    make_folder(args.out, "--out")  # before the images are read
     ds = load_dataset(cfg.data)
     rows, samples = analyse(ds, args.channel, args.images)
     title = args.title or f"{ds.name}: {args.channel} intensity per domain"
@@ -105,6 +113,12 @@ def run_audit(args: argparse.Namespace) -> int:
 
     from fedpath.runtime.audit import audit
 
+    if not args.run_dir.is_dir():
+        state = "is a file" if args.run_dir.exists() else "does not exist"
+        raise ConfigError(
+            f"run directory {args.run_dir} {state}; expected a run's folder "
+            "(OUT/NAME/METHOD/TARGET/seedN)"
+        )
     rows, findings = audit(args.run_dir, args.detail)
     table = Table(title=f"traffic of {args.run_dir}")
     for col in ("round", "stage", "client", "received", "sent"):

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fedpath.commands.common import SKIP_BAD_HELP, add_common
-from fedpath.utils.cli_args import SubParsers, add_overrides
+from fedpath.utils.cli_args import SubParsers, add_overrides, int_at_least
 
 if TYPE_CHECKING:
     from fedpath.inference.opening import EvalData
@@ -85,7 +85,7 @@ def _add_scoring(ev: argparse.ArgumentParser) -> None:
     )
     ev.add_argument(
         "--bootstrap",
-        type=int,
+        type=int_at_least(0),
         default=1000,
         metavar="N",
         help="resamples of the images for the 95%% confidence intervals of the "
@@ -93,7 +93,7 @@ def _add_scoring(ev: argparse.ArgumentParser) -> None:
     )
     ev.add_argument(
         "--seed",
-        type=int,
+        type=int_at_least(0),
         default=0,
         help="seed of the bootstrap resampling (the same seed, the same intervals)",
     )
@@ -103,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
     """Score the model on the data, print the reports, write ``--out``."""
     from fedpath.artifact import LoadedModel, load_model
     from fedpath.inference import evaluate, open_data, parse_class_map
-    from fedpath.utils.io import atomic_write_text, dumps_json
+    from fedpath.utils.io import atomic_write_text, check_output_file, dumps_json
 
+    if args.out:
+        check_output_file(args.out, "--out")
     model = load_model(args.model)  # an image model, or a MIL model of slide bags
     unit = "images" if isinstance(model, LoadedModel) else "slides"
     class_map = parse_class_map(args.class_map, model.class_names)

@@ -53,6 +53,8 @@ def execute(
     from fedpath.runtime.cells import plan_cells
 
     opts = launch_options(args)  # a bad launcher fails before any data loads
+    if not getattr(args, "status", False):
+        check_output_dirs(configs)  # and an output_dir that cannot be written
     datasets = datasets if datasets is not None else load_datasets(configs)
     cells = plan_cells(configs, datasets)
     if getattr(args, "status", False):
@@ -60,6 +62,15 @@ def execute(
     if not opts.parallel:
         return _run_serial(configs, cells, datasets, quiet, resume, suite)
     return _run_parallel(cells, opts, quiet, resume)
+
+
+def check_output_dirs(configs: Sequence[ExperimentConfig]) -> None:
+    """Create each config's ``output_dir``, or fail naming it and why, before
+    any data loads or any cell trains."""
+    from fedpath.utils.io import make_folder
+
+    for out in dict.fromkeys(cfg.output_dir for cfg in configs):
+        make_folder(Path(out), f"output_dir {out!r}")
 
 
 def _print_status(cells: Sequence[Cell]) -> int:

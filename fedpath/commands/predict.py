@@ -12,8 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fedpath.commands.common import SKIP_BAD_HELP, add_common, console
-from fedpath.config import ConfigError
-from fedpath.utils.cli_args import SubParsers, is_quiet
+from fedpath.utils.cli_args import SubParsers, int_at_least, is_quiet
 
 
 def register_predict(sub: SubParsers) -> None:
@@ -36,7 +35,7 @@ def register_predict(sub: SubParsers) -> None:
         "a folder of bag files",
     )
     pr.add_argument("--out", type=Path, required=True, help="predictions CSV")
-    pr.add_argument("--batch-size", type=int, default=64)
+    pr.add_argument("--batch-size", type=int_at_least(1), default=64)
     pr.add_argument("--skip-bad", action="store_true", help=SKIP_BAD_HELP)
     add_common(pr)
 
@@ -64,7 +63,9 @@ def register_adapt_bn(
         "images", type=Path, help="a folder of the site's images (recursive)"
     )
     ad.add_argument("--out", type=Path, required=True, help="the adapted model file")
-    ad.add_argument("--batch-size", type=int, default=64)
+    ad.add_argument(
+        "--batch-size", type=int_at_least(2, "a batch's variance"), default=64
+    )
     ad.add_argument("--skip-bad", action="store_true", help=SKIP_BAD_HELP)
     add_common(ad)
 
@@ -92,8 +93,10 @@ def run_predict(args: argparse.Namespace) -> int:
     """Write the predictions CSV; report how many and what was skipped."""
     from fedpath.artifact import LoadedModel, load_model
     from fedpath.inference import predict_bags, predict_files
+    from fedpath.utils.io import check_output_file
 
     quiet = is_quiet(args)
+    check_output_file(args.out, "--out")
     model = load_model(args.model)  # an image model, or a MIL model of slide bags
     unit = "images" if isinstance(model, LoadedModel) else "slides"
     with ExitStack() as stack:
@@ -121,13 +124,10 @@ def run_adapt_bn(args: argparse.Namespace) -> int:
     """Write the model with its BatchNorm statistics re-estimated on the images."""
     from fedpath.artifact import load_model
     from fedpath.inference import adapt_model_file
+    from fedpath.utils.io import check_output_file
 
     quiet = is_quiet(args)
-    if args.batch_size < 2:
-        raise ConfigError(
-            f"--batch-size: expected 2 or more (a batch's variance), got "
-            f"{args.batch_size}"
-        )
+    check_output_file(args.out, "--out")
     model = load_model(args.model)
     with ExitStack() as stack:
         step = _bar_step(stack, "adapt-bn", "images", quiet)

@@ -40,6 +40,7 @@ __all__ = [
     "BINARY_METRIC_NAMES",
     "ECE_BINS",
     "METRIC_NAMES",
+    "NonFiniteProbabilities",
     "classification_metrics",
     "confusion_matrix",
     "expected_calibration_error",
@@ -100,6 +101,11 @@ def _as_labels(values: object, name: str, num_classes: int | None = None) -> Int
     return labels
 
 
+class NonFiniteProbabilities(ValueError):
+    """Probabilities holding a NaN or an infinity: the model that gave them
+    diverged (its weights overflowed)."""
+
+
 def _as_probs(probs: object) -> FloatArray:
     """Validate a ``(N, C)`` probability matrix with ``C >= 2`` and finite entries."""
     arr = np.asarray(probs)
@@ -113,7 +119,7 @@ def _as_probs(probs: object) -> FloatArray:
         raise ValueError(f"probs must have C >= 2 columns, got {arr.shape[1]}")
     out = arr.astype(np.float64)
     if not np.all(np.isfinite(out)):
-        raise ValueError("probs must contain only finite values")
+        raise NonFiniteProbabilities("probs must contain only finite values")
     return out
 
 

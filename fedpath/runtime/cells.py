@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedpath.errors import ConfigError
 from fedpath.runtime.persistence import CHECKPOINT, FINAL, RESULTS
-from fedpath.utils.io import atomic_write_text, dumps_json
+from fedpath.utils.io import atomic_write_text, dumps_json, make_folder
 
 if TYPE_CHECKING:
     from fedpath.config import ExperimentConfig
@@ -162,13 +162,14 @@ class CellLocks:
     def acquire(self) -> None:
         for cell in self.cells:
             try:
-                self._take(cell.run_dir)
+                self._take(cell)
             except BaseException:
                 self.release()
                 raise
 
-    def _take(self, run_dir: Path) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+    def _take(self, cell: Cell) -> None:
+        run_dir = cell.run_dir
+        make_folder(run_dir, f"output_dir {cell.config.output_dir!r}")
         path = run_dir / LOCK
         for _ in range(2):
             try:

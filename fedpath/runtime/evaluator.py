@@ -24,8 +24,10 @@ from fedpath.algorithms.base import derive_seed
 from fedpath.config import ExperimentConfig
 from fedpath.data.base import DomainDataset, Split
 from fedpath.data.partition import ClientData, LodoFold
+from fedpath.evaluation.metrics import NonFiniteProbabilities
 from fedpath.runtime.adapt_bn import adapted_blocks
 from fedpath.runtime.averaging import RoundAverage, averaged_block
+from fedpath.runtime.divergence import diverged
 from fedpath.runtime.evaluate import (
     EvalModel,
     eval_splits,
@@ -96,6 +98,29 @@ class Evaluator:
     ) -> dict[str, Any]:
         """Round ``rnd``'s evaluation of the global ``weights``; its records go
         to ``log``, its metrics are returned (and kept as :attr:`last`)."""
+        try:
+            out = self._round(rnd, weights, transport, log)
+        except NonFiniteProbabilities:
+            # finite weights so large that the logits overflow: the training
+            # diverged (nothing of this round is checkpointed)
+            raise diverged(
+                self.cfg.train,
+                rnd,
+                "the model's predictions are not finite (NaN or infinite "
+                "probabilities)",
+            ) from None
+        self.last = out
+        return out
+
+    def _round(
+        self,
+        rnd: int,
+        weights: ArrayDict | None,
+        transport: Transport,
+        log: RunLog,
+    ) -> dict[str, Any]:
+        """The clients' own metrics (``evaluation.protocol: local``), then
+        those of the global ``weights``."""
         out: dict[str, Any] = {}
         if self.cfg.evaluation.protocol == "local":
             per_client = {
@@ -108,7 +133,6 @@ class Evaluator:
             out.update(summarize_clients(per_client))
         if weights is not None and self.splits:
             out.update(self._global(rnd, weights, transport, log))
-        self.last = out
         return out
 
     def _global(

@@ -13,7 +13,6 @@ the files in it)::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.evaluation.tables import ResultRow
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.runtime.persistence import FINAL
+from fedpath.runtime.records import read_final
 from fedpath.tasks import prepare_dataset
 from fedpath.utils.progress import Reporter
 
@@ -132,7 +132,7 @@ def splits_of(paths: Sequence[Path]) -> list[str]:
     under ``paths`` has metrics for: what ``fedpath table --split`` can show."""
     have: set[str] = set()
     for run in find_runs(paths):
-        ev = json.loads((run / FINAL).read_text()).get("evaluation", {})
+        ev = read_final(run)["evaluation"]  # checked: names a damaged file
         have.update(s for s in SPLITS if s != "clients" and _split_metrics(ev, s))
         if ev.get("clients"):
             have.add("clients")
@@ -174,7 +174,7 @@ def collect_rows(
     metrics: Mapping[str, Any] | None
     runs = find_runs(paths)
     for run in runs:
-        rec = json.loads((run / FINAL).read_text())
+        rec = read_final(run)
         ev = rec.get("evaluation", {})
         if split == "clients":
             for cid, metrics in ev.get("clients", {}).items():

@@ -17,6 +17,7 @@ from typing import Any
 from fedpath.config import ExperimentConfig
 from fedpath.data.base import DomainDataset
 from fedpath.data.partition import LodoFold
+from fedpath.runtime.divergence import local_loss_diverged
 from fedpath.runtime.loop import Run
 from fedpath.runtime.selection import (
     ValidationPredictions,
@@ -56,7 +57,10 @@ class InProcessRun(Run):
         """Client ``cid``'s half answers one stage (with progress per epoch)."""
         self.reporter.start_client(cid, self.cfg.train.local_epochs)
         half = self.client_half(cid, rnd, progress=True)
-        reply = half.handle(stage, payload, self.states[cid])
+        try:
+            reply = half.handle(stage, payload, self.states[cid])
+        except FloatingPointError as err:  # the local loop's non-finite loss
+            raise local_loss_diverged(self.cfg.train, rnd, cid, err) from None
         self.reporter.end_client()
         return reply
 

@@ -34,6 +34,7 @@ from fedpath.data.base import DomainDataset
 from fedpath.data.partition import ClientData, LodoFold, make_clients
 from fedpath.runtime import persistence
 from fedpath.runtime.context import RunContext
+from fedpath.runtime.divergence import check_global, check_replies
 from fedpath.runtime.evaluator import Evaluator
 from fedpath.runtime.export import export_clients, export_global
 from fedpath.runtime.persistence import Checkpoint, checkpoint_bytes, load_checkpoint
@@ -42,7 +43,7 @@ from fedpath.runtime.sampling import sample_clients
 from fedpath.runtime.tracking import NO_TRACKING, open_tracker
 from fedpath.runtime.traffic import TrafficAudit
 from fedpath.runtime.transport import Transport
-from fedpath.types import ClientState
+from fedpath.types import ClientState, Payload
 from fedpath.utils.io import atomic_write_text
 from fedpath.utils.progress import Reporter
 from fedpath.version import __version__
@@ -181,7 +182,9 @@ class Run:
                 "config_hash": self.config_hash,
                 "evaluation": self.evaluator.final(final, last, self.transport),
             }
-            self._finish(record)
+            kept = rounds if self.cfg.runtime.checkpoint else 0  # on a full disk
+            with persistence.disk_full(self.run_dir, kept):
+                self._finish(record)
             finished = True
         finally:
             self.log.tracker.close(finished)
@@ -206,15 +209,20 @@ class Run:
             evaluation = self.evaluate(rnd)
         times.evaluation = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.log.append("round", rnd, fields)
+        results = self.run_dir / persistence.RESULTS
+        kept = rnd - 1 if self.cfg.runtime.checkpoint else 0  # on a full disk
+        with persistence.disk_full(results, kept):
+            self.log.append("round", rnd, fields)
         # the round's records go out before its checkpoint: a crash in between
         # resumes from the previous checkpoint and drops this round's records,
         # so no record of a checkpointed round can be lost
         blob = self._checkpoint_bytes(rnd) if self.cfg.runtime.checkpoint else None
         times.checkpoint = time.perf_counter() - t0
-        self.log.append("timing", rnd, times.fields())
+        with persistence.disk_full(results, kept):
+            self.log.append("timing", rnd, times.fields())
         if blob is not None:
-            persistence.write_checkpoint(self.run_dir, blob)
+            with persistence.disk_full(self.run_dir / persistence.CHECKPOINT, kept):
+                persistence.write_checkpoint(self.run_dir, blob)
         self.log.tracker.commit(rnd)  # the round is checkpointed: log it, once
         target = evaluation.get("target", {})
         summary = f"acc {target['accuracy']:.3f}" if "accuracy" in target else ""
@@ -230,6 +238,7 @@ class Run:
         logs: dict[str, Any] = {}
         extras: dict[str, int] = {}
         up = down = 0
+        replies: dict[str, Payload] = {}
         for stage in self.server.stages(rnd):
             t0 = time.perf_counter()
             messages = self.server.configure(stage, rnd, sampled)
@@ -247,10 +256,13 @@ class Run:
                     f"round {rnd} stage {stage!r}: {len(replies)} replies, fewer than "
                     f"train.min_replies={self.cfg.train.min_replies}"
                 )
+            check_replies(self.cfg.train, stage, rnd, replies)
             t0 = time.perf_counter()
             aggregated = self.server.aggregate(stage, rnd, replies)
             logs.update({f"{stage}/{k}": v for k, v in aggregated.items()})
             times.server += time.perf_counter() - t0
+        # before anything of this round is evaluated, recorded or checkpointed
+        check_global(self.cfg.train, rnd, self.server.global_weights(), replies)
         return {
             "clients": len(sampled),
             "bytes_up": up,

@@ -12,24 +12,33 @@ resumed run writes exactly the records of an uninterrupted one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
-from collections.abc import Mapping
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedpath.errors import ResumeError
+from fedpath.errors import ConfigError, DataError, ResumeError, RunError
+from fedpath.runtime.records import read_final
 from fedpath.types import ClientState, Payload, payload_from_tree, payload_to_tree
 from fedpath.utils.io import (
     atomic_write_bytes,
     atomic_write_text,
     dumps_json,
-    read_jsonl,
+    make_folder,
+    read_json_lines,
 )
+from fedpath.utils.yaml_io import read_yaml_mapping
+
+log = logging.getLogger("fedpath")
 
 if TYPE_CHECKING:
     from fedpath.config import ExperimentConfig
@@ -76,6 +85,33 @@ def save_checkpoint(
 def write_checkpoint(run_dir: Path, blob: bytes) -> None:
     """Write serialized checkpoint bytes atomically (temp file, fsync, rename)."""
     atomic_write_bytes(run_dir / CHECKPOINT, blob)
+
+
+#: the errors of a write that found no room: a full disk, a spent quota
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def disk_full(path: Path, last_round: int) -> Iterator[None]:
+    """Turn a full disk while writing ``path`` into a :class:`RunError` naming
+    the file, the errno and how to continue; ``last_round``: the last round
+    whose checkpoint is complete (writes are atomic, so it is intact)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in DISK_FULL:
+            raise
+        kept = (
+            f"the checkpoint of round {last_round}, the last complete round, is kept"
+            if last_round > 0
+            else "no round had completed"
+        )
+        code = errno.errorcode[err.errno]
+        raise RunError(
+            f"cannot write {path}: {os.strerror(err.errno).lower()} "
+            f"({code}); {kept}; free some space, then continue with `fedpath run "
+            "CONFIG --resume`"
+        ) from None
 
 
 def checkpoint_bytes(ckpt: Checkpoint, config_hash: str, fold: str, seed: int) -> bytes:
@@ -138,8 +174,16 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
         return None
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as err:
+        raise ResumeError(
+            f"cannot read checkpoint {path}: {(err.strerror or str(err)).lower()}"
+        ) from None
     except Exception as err:
-        raise ResumeError(f"cannot read checkpoint {path}: {err}") from None
+        # torch's own text is several lines advising an unsafe load: one line
+        raise ResumeError(
+            f"cannot read checkpoint {path}: not a fedpath checkpoint, or damaged "
+            f"({type(err).__name__}); {_START_OVER}"
+        ) from None
     if not isinstance(raw, dict) or "digest" not in raw:
         raise ResumeError(
             f"checkpoint {path} has no digest (written by an older fedpath, or not "
@@ -156,28 +200,86 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
             f"{raw.get('config_hash')} != {config_hash}); resume with the "
             "same config, or choose another output_dir/name"
         )
-    ckpt = Checkpoint(
-        round=int(raw["round"]),
-        server=payload_from_tree(raw["server"]),
-        clients={
-            c: payload_from_tree(t, ClientState)  # type: ignore[misc]
-            for c, t in raw["clients"].items()
-        },
-        last_eval=json.loads(raw.get("last_eval", "{}")),
-        selected=payload_from_tree(raw["selected"]) if "selected" in raw else None,
-        averaged=payload_from_tree(raw["averaged"]) if "averaged" in raw else None,
-    )
+    ckpt = checkpoint_from_tree(raw, path)
     truncate_results(run_dir / RESULTS, ckpt.round)
     if (run_dir / TRAFFIC).is_file():
         truncate_results(run_dir / TRAFFIC, ckpt.round)
     return ckpt
 
 
+#: how to go on from run records that --resume cannot use
+_REDO = "run without --resume to redo the run, or resume from a copy of the run"
+#: how to go on from a checkpoint that cannot be used
+_START_OVER = (
+    "delete it to start the run afresh, or resume from a copy of the run directory"
+)
+
+
+def checkpoint_from_tree(raw: Mapping[str, Any], path: Path) -> Checkpoint:
+    """The :class:`Checkpoint` of a loaded tree whose digest matched, its
+    structure checked: the digest proves the file is as written, not that a
+    fedpath wrote it (a crafted file can carry a self-consistent digest), so a
+    missing or mistyped field is a :class:`ResumeError` naming it."""
+
+    def bad(key: str, expected: str) -> ResumeError:
+        return ResumeError(
+            f"checkpoint {path}: {key!r} must be {expected}; not a fedpath "
+            f"checkpoint, or damaged; {_START_OVER}"
+        )
+
+    def payload(tree: Any, key: str, cls: type[Payload] = Payload) -> Payload:
+        expected = "a payload (tensors under 'arrays', values under 'scalars')"
+        if not isinstance(tree, Mapping):
+            raise bad(key, expected)
+        arrays, scalars = tree.get("arrays", {}), tree.get("scalars", {})
+        if not isinstance(scalars, Mapping) or not isinstance(arrays, Mapping):
+            raise bad(key, expected)
+        for group in arrays.values():
+            if not isinstance(group, Mapping) or not all(
+                isinstance(t, torch.Tensor) for t in group.values()
+            ):
+                raise bad(key, expected)
+        try:
+            return payload_from_tree(tree, cls)
+        except (TypeError, RuntimeError):  # a dtype numpy has not (bfloat16)
+            raise bad(key, "a payload of numeric tensors") from None
+
+    rnd, clients = raw.get("round"), raw.get("clients")
+    if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
+        raise bad("round", "a round number (an integer >= 0)")
+    if not isinstance(clients, Mapping):
+        raise bad("clients", "a mapping of client names to their states")
+    try:
+        last_eval = json.loads(raw.get("last_eval", "{}"))
+    except (TypeError, ValueError, RecursionError):
+        last_eval = None
+    if not isinstance(last_eval, dict):
+        raise bad("last_eval", "a JSON object")
+    optional = {k: payload(raw[k], k) for k in ("selected", "averaged") if k in raw}
+    return Checkpoint(
+        round=rnd,
+        server=payload(raw.get("server"), "server"),
+        clients={
+            str(c): payload(t, f"clients.{c}", ClientState)  # type: ignore[misc]
+            for c, t in clients.items()
+        },
+        last_eval=last_eval,
+        selected=optional.get("selected"),
+        averaged=optional.get("averaged"),
+    )
+
+
 def open_run_dir(run_dir: Path, fresh: bool) -> None:
     """Create ``run_dir`` and drop what a killed write left (``.*.tmp``); for a
     ``fresh`` run also every output of an earlier run, so none stays beside the
     new one."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(run_dir, "run directory")
+    for name in (RESULTS, CHECKPOINT, FINAL, MODEL, TRAFFIC, "config.yaml"):
+        if (run_dir / name).is_dir():  # would fail mid-run, after training
+            raise ConfigError(
+                f"run directory {run_dir}: {name} is a folder; expected the run's "
+                "file there (move the folder away)"
+            )
     for stale in run_dir.glob(".*.tmp"):
         stale.unlink(missing_ok=True)
     if not fresh:
@@ -196,7 +298,13 @@ def finished_record(
     done = run_dir / FINAL
     if not done.is_file():
         return None
-    record = dict(json.loads(done.read_text()))
+    try:
+        record = read_final(run_dir)
+    except DataError as err:
+        raise ResumeError(
+            f"{err}; --resume cannot tell whether the run finished: delete "
+            f"{done} to redo the run"
+        ) from None
     check_same_config(run_dir, record, cfg, config_hash)
     return record
 
@@ -213,22 +321,32 @@ def check_same_config(
     """
     if final.get("config_hash") == config_hash:
         return
-    keys: list[str] = []
-    saved = run_dir / "config.yaml"
-    if saved.is_file():
-        import yaml
-
-        old = _flat(yaml.safe_load(saved.read_text()) or {})
-        new = _flat(cfg.to_dict())
-        keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        from fedpath.config import RUN_LOCAL_KEYS
-
-        keys = [k for k in keys if k not in RUN_LOCAL_KEYS]
+    keys = _differing_keys(run_dir / "config.yaml", cfg)
     shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
     raise ResumeError(
         f"{run_dir} finished with another config (differing keys: "
         f"{shown or 'unknown'}); --resume would return its old results: run "
         "without --resume to redo it, or choose another name/output_dir"
+    )
+
+
+def _differing_keys(saved: Path, cfg: ExperimentConfig) -> list[str]:
+    """The keys where ``cfg`` differs from the run's saved config (none when it
+    is missing or unreadable: then the keys cannot be named, with a warning)."""
+    if not saved.is_file():
+        return []
+    try:
+        old = _flat(read_yaml_mapping(saved, "the run's saved config"))
+    except ConfigError as err:
+        log.warning("%s", err)
+        return []
+    new = _flat(cfg.to_dict())
+    from fedpath.config import RUN_LOCAL_KEYS
+
+    return sorted(
+        k
+        for k in old.keys() | new.keys()
+        if old.get(k) != new.get(k) and k not in RUN_LOCAL_KEYS
     )
 
 
@@ -247,7 +365,20 @@ def truncate_results(path: Path, last_round: int) -> None:
     """Drop records of rounds after ``last_round`` (the round that crashed)."""
     if not path.is_file():
         return
-    keep = [r for r in read_jsonl(path) if int(r.get("round", 0)) <= last_round]
+    try:
+        records = read_json_lines(path, "run record").records
+    except DataError as err:
+        raise ResumeError(f"{err}; {_REDO}") from None
+    keep: list[dict[str, Any]] = []
+    for i, rec in enumerate(records):
+        rnd = rec.get("round", 0)
+        if not isinstance(rnd, int) or isinstance(rnd, bool):
+            raise ResumeError(
+                f"run record {str(path)!r}: record {i + 1} has a 'round' that is "
+                f"not an integer; the record is damaged; {_REDO}"
+            )
+        if rnd <= last_round:
+            keep.append(rec)
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
 
 

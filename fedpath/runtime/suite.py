@@ -79,18 +79,28 @@ def load_suite(
         raise ConfigError(
             f"suite {str(path)!r} {what}; variants: {', '.join(map(str, variants))}"
         )
+    _metrics(raw, path)  # a bad 'metrics' fails here too (`fedpath check`)
     configs = []
     for label in chosen:
         extra = _strings(variants[label], f"variants.{label}", path)
-        configs.append(
-            load_config(base, [*common, *extra, *overrides, f"label={label}"])
-        )
+        try:
+            cfg = load_config(base, [*common, *extra, *overrides, f"label={label}"])
+        except ConfigError as err:  # name the suite and variant, not only the base
+            raise ConfigError(
+                f"suite {str(path)!r}, variant {label!r}: {err}"
+            ) from None
+        configs.append(cfg)
     return str(raw.get("description", path.stem)), configs
 
 
 def suite_metrics(path: Path) -> list[str] | None:
     """The metrics a suite asks to tabulate (``metrics:``), or None."""
-    value = read_yaml_mapping(path).get("metrics")
+    return _metrics(read_yaml_mapping(path), path)
+
+
+def _metrics(raw: dict[str, object], path: Path) -> list[str] | None:
+    """The suite's ``metrics:`` checked: a list of names, or None."""
+    value = raw.get("metrics")
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

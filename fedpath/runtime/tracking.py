@@ -356,12 +356,12 @@ def open_tracker(
     if tracker.fresh and start > 1 and results.is_file():
         # the tracker has none of the rounds up to the checkpoint: results.jsonl
         # (truncated to the checkpoint by the resume) has them
-        from fedpath.utils.io import read_jsonl
+        from fedpath.utils.io import read_json_lines
 
         try:
-            for record in read_jsonl(results):
+            for record in read_json_lines(results, "run record").records:
                 tracker.add(record)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError) as err:  # (DataError is a ValueError)
             log.warning("tracking: cannot read %s back: %s", results, err)
         tracker.commit(start - 1)
     return tracker

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedpath.config import ConfigError
-from fedpath.utils.io import read_jsonl
+from fedpath.utils.io import read_json_lines
 
 RESULTS = "results.jsonl"
 #: round-record keys that are not loss components (the ATSA controller's trace)
@@ -63,7 +63,7 @@ def collect(paths: Iterable[Path]) -> Curves:
         lambda: defaultdict(lambda: defaultdict(list))
     )
     for path in find_results(paths):
-        for rec in read_jsonl(path):
+        for rec in read_json_lines(path, "run record").records:
             if rec.get("kind") != "round":
                 continue
             method, rnd = str(rec.get("method", path.parent.name)), int(rec["round"])

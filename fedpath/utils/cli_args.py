@@ -3,14 +3,49 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 #: What ``parser.add_subparsers()`` returns: each command module's ``register``
 #: functions add their subcommand's parser to it (a string: the class is generic
 #: only to type checkers).
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def int_at_least(low: int, why: str = "") -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``low``, else argparse's one-line
+    usage error naming the option (``argument --batch-size: expected a positive
+    integer, got '0'``) instead of a crash or a wrong message later."""
+    expected = {1: "a positive integer", 0: "an integer >= 0"}.get(
+        low, f"an integer >= {low}"
+    )
+    if why:
+        expected += f" ({why})"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    parse.__name__ = expected  # what argparse would name in its own message
+    return parse
+
+
+def positive_number(text: str) -> float:
+    """An argparse ``type``: a finite number > 0 (NaN and infinities refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
 
 
 def add_overrides(
@@ -68,7 +103,7 @@ def add_launcher(parser: argparse.ArgumentParser, status: bool = True) -> None:
     )
     group.add_argument(
         "--jobs",
-        type=int,
+        type=int_at_least(1),
         metavar="N",
         help="worker processes of --launcher local (implies it; default: the "
         "cores); each cell gets runtime.threads = cores // N unless the config sets it",

@@ -45,3 +45,28 @@ def test_audit_of_a_missing_run_is_an_error(
 ) -> None:
     assert main(["audit", str(tmp_path)]) == 2
     assert "traffic.jsonl" in capsys.readouterr().err
+
+
+def test_audit_names_a_run_directory_that_is_a_file_or_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "f").write_text("x")
+    for path, said in ((tmp_path / "f", "is a file"), (tmp_path / "no", "does not")):
+        assert main(["audit", str(path)]) == 2
+        assert f"run directory {path} {said}" in capsys.readouterr().err
+
+
+def test_stain_report_out_that_is_a_file_fails_before_reading_images(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "f").write_text("x")
+    assert main(["stain-report", "--out", str(tmp_path / "f")]) == 2
+    assert "--out: cannot create the folder" in capsys.readouterr().err
+
+
+def test_stain_report_images_must_be_positive(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["stain-report", "--out", "x", "--images", "0"])
+    assert "argument --images: expected a positive integer" in capsys.readouterr().err

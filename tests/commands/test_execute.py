@@ -49,3 +49,39 @@ def test_status_then_serial_run(
     assert len(list(tmp_path.rglob("final.json"))) == 1
     assert execute([cfg], argparse.Namespace(status=True), True, False) == 0
     assert "1 cell: 1 done" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["is_file", "under_a_file", "run_dir_blocked"])
+def test_an_output_dir_that_cannot_be_made_is_one_error_before_the_data_loads(
+    tmp_path: Path,
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fedpath.cli import main
+
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file")
+    out = {
+        "is_file": blocker,
+        "under_a_file": blocker / "runs",
+        "run_dir_blocked": tmp_path / "runs",
+    }[where]
+    if where == "run_dir_blocked":  # output_dir is fine, the run's folder is not
+        out.mkdir()
+        blocker = out / "experiment"
+        blocker.write_text("a file")
+    else:
+
+        def never(configs: object) -> None:
+            raise AssertionError("loaded data")
+
+        monkeypatch.setattr(execute_module, "load_datasets", never)
+    cfg = load_config(None, tiny_overrides(out))
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(cfg.to_yaml())
+    for extra in ([], ["--jobs", "2"]):
+        assert main(["run", str(cfg_file), "--quiet", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: output_dir '{out}': cannot create the folder")
+        assert f"{blocker} is a file, not a folder" in err

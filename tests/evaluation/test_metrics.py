@@ -364,3 +364,15 @@ def test_ece_matches_the_sample_by_sample_definition(seed: int) -> None:
     assert expected_calibration_error(y, probs) == pytest.approx(
         reference_ece(y, probs), abs=1e-12
     )
+
+
+def test_non_finite_probabilities_have_their_own_error() -> None:
+    """The run loop tells a diverged model (NaN probabilities) from any other bad
+    input by this class; it stays a ValueError for every other caller."""
+    probs = np.array([[0.5, 0.5], [np.nan, np.nan], [1.0, 0.0]])
+    with pytest.raises(fm.NonFiniteProbabilities) as err:
+        fm.classification_metrics(np.array([0, 1, 0]), probs)
+    assert isinstance(err.value, ValueError)
+    with pytest.raises(ValueError) as other:  # a shape error is not this one
+        fm.classification_metrics(np.array([0, 1]), np.ones((2, 1)))
+    assert not isinstance(other.value, fm.NonFiniteProbabilities)

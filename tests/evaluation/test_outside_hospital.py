@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fedpath.artifact import load_model
+from fedpath.artifact import LoadedModel, load_model
 from fedpath.cli import main
 from fedpath.config import load_config
 from fedpath.errors import ConfigError, DataError
@@ -212,8 +212,10 @@ def test_evaluate_reports_named_confusion_rates_and_intervals(
     assert a["per_class"]["normal"]["sensitivity"] == pytest.approx(tn / (tn + fp))
     off = evaluate_json([*argv, "--bootstrap", "0"], tmp_path / "off.json")
     assert "bootstrap" not in off and off["accuracy"] == a["accuracy"]
-    assert main([*argv, "--bootstrap", "-1"]) == 2
-    assert "--bootstrap" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ex:
+        main([*argv, "--bootstrap", "-1"])
+    assert ex.value.code == 2
+    assert "argument --bootstrap: expected an integer >= 0" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------ 3. --split test
@@ -226,6 +228,7 @@ def test_split_test_scores_only_the_test_split(
 ) -> None:
     path, _, over = run
     model = load_model(path)
+    assert isinstance(model, LoadedModel)  # an image model, not a MIL one
     test = load_dataset(load_config(None, over).data).split("hospital_2", "test")
     assert 0 < len(test) < 48
     got = evaluate_json(

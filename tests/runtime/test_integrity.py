@@ -3,6 +3,7 @@ to resume with rc 0 and export a garbage weight)."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 from fedpath.cli import main
 from fedpath.config import load_config
-from fedpath.errors import ResumeError
+from fedpath.errors import ResumeError, RunError
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.runtime.persistence import load_checkpoint, tree_digest
 from tests.conftest import tiny_overrides
@@ -107,6 +108,43 @@ def test_a_crash_before_the_checkpoint_loses_no_record(
         assert [r["round"] for r in rows if r["kind"] == kind] == [1, 2, 3], kind
 
 
+def test_a_full_disk_at_the_checkpoint_is_one_error_and_resumes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import fedpath.runtime.persistence as persistence
+    from fedpath.utils.io import read_jsonl
+
+    over = tiny_overrides(tmp_path, "lodo.targets=[hospital_2]", "train.rounds=3")
+    cfg = load_config(None, over)
+    real = persistence.write_checkpoint
+    calls = []
+
+    def full_on_round_2(run_dir: Path, blob: bytes) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(run_dir, blob)
+
+    monkeypatch.setattr(persistence, "write_checkpoint", full_on_round_2)
+    run_dir = run_dir_for(cfg, "hospital_2", 0)
+    with pytest.raises(RunError) as err:
+        run_experiment(cfg)
+    text = str(err.value)
+    assert text.startswith(f"cannot write {run_dir / 'checkpoint.pt'}: no space left")
+    assert "round 1, the last complete round, is kept" in text and "--resume" in text
+    assert load_checkpoint(run_dir, cfg.hash()).round == 1  # type: ignore[union-attr]
+    # through the command line: one line, exit 2
+    calls.clear()
+    assert main(["run", str(_yaml(tmp_path, over)), "--quiet"]) == 2
+    assert "error: cannot write" in capsys.readouterr().err
+    monkeypatch.setattr(persistence, "write_checkpoint", real)
+    run_experiment(cfg, resume=True)
+    rows = list(read_jsonl(run_dir / "results.jsonl"))
+    assert [r["round"] for r in rows if r["kind"] == "round"] == [1, 2, 3]
+
+
 def test_run_names_must_stay_inside_output_dir() -> None:
     from fedpath.config import ConfigError
 
@@ -129,8 +167,10 @@ def test_results_are_strict_json_and_tables_read_nulls(tmp_path: Path) -> None:
     json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
     # a one-class target has an undefined AUROC: written null, tabulated as NaN
     _, run_dir = _run(tmp_path)
-    strict = {"parse_constant": lambda c: pytest.fail(f"bare {c} in final.json")}
-    final = json.loads((run_dir / "final.json").read_text(), **strict)
+    final = json.loads(
+        (run_dir / "final.json").read_text(),
+        parse_constant=lambda c: pytest.fail(f"bare {c} in final.json"),
+    )
     final["evaluation"]["target"]["auroc"] = None
     (run_dir / "final.json").write_text(json.dumps(final))
     from fedpath.runtime.experiment import collect_rows

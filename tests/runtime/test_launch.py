@@ -200,8 +200,10 @@ def test_launcher_options_are_checked(
             launch_options(*bad)
     suite, over = _suite(tmp_path)
     args = ["suite", str(suite), *over, f"output_dir={tmp_path / 'o'}", "-q"]
-    assert main([*args, "--jobs", "0"]) == 2
-    assert "--jobs: expected a positive number of worker processes, got 0" in (
+    with pytest.raises(SystemExit) as ex:  # refused by the parser, before loading
+        main([*args, "--jobs", "0"])
+    assert ex.value.code == 2
+    assert "argument --jobs: expected a positive integer, got '0'" in (
         capsys.readouterr().err
     )
     with socket.socket() as s:  # a port nobody listens on

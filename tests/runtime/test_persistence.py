@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import errno
 import hashlib
 import json
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 import torch
 
 from fedpath.config import load_config
-from fedpath.errors import ResumeError
+from fedpath.errors import ConfigError, ResumeError, RunError
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.runtime.persistence import (
     CHECKPOINT,
@@ -22,6 +24,7 @@ from fedpath.runtime.persistence import (
     TRAFFIC,
     Checkpoint,
     check_same_config,
+    disk_full,
     finished_record,
     load_checkpoint,
     open_run_dir,
@@ -192,11 +195,13 @@ def test_a_finished_run_with_another_config_names_the_differing_keys(
     tmp_path: Path,
 ) -> None:
     cfg = load_config(None, tiny_overrides(tmp_path))
-    save_final(tmp_path, {"config_hash": cfg.hash(), "round": 2})
+    final = {"config_hash": cfg.hash(), "method": "fedavg", "target": "t", "seed": 0}
+    save_final(tmp_path, {**final, "round": 2})
     assert json.loads((tmp_path / FINAL).read_text())["round"] == 2
     assert finished_record(tmp_path, cfg, cfg.hash()) == {
-        "config_hash": cfg.hash(),
+        **final,
         "round": 2,
+        "evaluation": {},
     }
     assert finished_record(tmp_path / "none", cfg, cfg.hash()) is None
     (tmp_path / "config.yaml").write_text(cfg.to_yaml())
@@ -206,3 +211,140 @@ def test_a_finished_run_with_another_config_names_the_differing_keys(
         finished_record(tmp_path, other, other.hash())
     with pytest.raises(ResumeError, match=r"differing keys: unknown"):
         check_same_config(tmp_path / "none", {}, other, other.hash())
+
+
+def test_a_full_disk_names_the_file_the_errno_and_how_to_resume(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / CHECKPOINT
+    for code, words in ((errno.ENOSPC, "no space left on device (ENOSPC)"),
+                        (errno.EDQUOT, "disk quota exceeded (EDQUOT)")):  # fmt: skip
+        with pytest.raises(RunError) as err, disk_full(path, 4):
+            raise OSError(code, "whatever the OS says")
+        text = str(err.value)
+        assert text.startswith(f"cannot write {path}: {words}")
+        assert "the checkpoint of round 4, the last complete round, is kept" in text
+        assert "--resume" in text
+    with pytest.raises(RunError, match="no round had completed"), disk_full(path, 0):
+        raise OSError(errno.ENOSPC, "full")
+    with pytest.raises(PermissionError), disk_full(path, 1):  # not a full disk
+        raise PermissionError(errno.EACCES, "denied")
+
+
+def test_a_folder_where_a_run_file_goes_is_refused_at_the_start(
+    tmp_path: Path,
+) -> None:
+    for name in (RESULTS, CHECKPOINT, FINAL):
+        run_dir = tmp_path / name.replace(".", "_")
+        (run_dir / name).mkdir(parents=True)
+        for fresh in (True, False):
+            with pytest.raises(ConfigError, match=f"{name} is a folder"):
+                open_run_dir(run_dir, fresh=fresh)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        open_run_dir(tmp_path / "file" / "run", fresh=True)
+
+
+# ------------------------------------------- damaged or crafted run files
+
+
+def test_a_checkpoint_torch_cannot_read_is_one_line_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    # a pickle of a class weights-only loading refuses: torch's text is several
+    # lines advising an unsafe load
+    torch.save({"when": datetime.date(2020, 1, 1)}, tmp_path / CHECKPOINT)
+    with pytest.raises(ResumeError) as err:
+        load_checkpoint(tmp_path, "h1")
+    text = str(err.value)
+    assert "\n" not in text and "weights_only" not in text
+    assert text.startswith(f"cannot read checkpoint {tmp_path / CHECKPOINT}: ")
+    assert "not a fedpath checkpoint, or damaged" in text and "delete it" in text
+
+
+def _crafted(tmp_path: Path, key: str, value: object) -> None:
+    """A checkpoint with ``key`` set to ``value`` (removed when None) and a
+    digest recomputed to match: the digest cannot tell it from a real one."""
+    save_checkpoint(tmp_path, _ckpt(selected=Payload()), "h1", "t", 0)
+    raw = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    if value is None:
+        del raw[key]
+    else:
+        raw[key] = value
+    raw["digest"] = tree_digest(raw)
+    torch.save(raw, tmp_path / CHECKPOINT)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("round", None, "round"),
+        ("round", "2", "round"),
+        ("round", -1, "round"),
+        ("clients", None, "clients"),
+        ("clients", [1, 2], "clients"),
+        ("clients", {"c0": 3}, "clients.c0"),
+        ("last_eval", "{not json", "last_eval"),
+        ("last_eval", "[1]", "last_eval"),
+        ("last_eval", 5, "last_eval"),
+        ("server", None, "server"),
+        ("server", {"arrays": {"weights": {"w": 1}}}, "server"),
+        ("server", {"arrays": [1]}, "server"),
+        ("selected", {"scalars": [1]}, "selected"),
+        (
+            "averaged",
+            {"arrays": {"g": {"w": torch.ones(2, dtype=torch.bfloat16)}}},
+            "averaged",
+        ),
+    ],
+)
+def test_a_crafted_checkpoint_with_a_matching_digest_names_the_field(
+    tmp_path: Path, key: str, value: object, named: str
+) -> None:
+    _crafted(tmp_path, key, value)
+    with pytest.raises(
+        ResumeError,
+        match=rf"checkpoint .*: '{named}' must be .*; "
+        "not a fedpath checkpoint, or damaged; delete it",
+    ):
+        load_checkpoint(tmp_path, "h1")
+
+
+def test_resume_over_a_damaged_final_json_is_one_error(tmp_path: Path) -> None:
+    cfg = load_config(None, tiny_overrides(tmp_path))
+    for text in ('{"method": "fedavg", "tar', "[1, 2]", '{"method": 3}'):
+        (tmp_path / FINAL).write_text(text)
+        with pytest.raises(ResumeError, match=r"final.json'.*delete .*final.json"):
+            finished_record(tmp_path, cfg, cfg.hash())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"round": 1}\nnot json\n{"round": 3}\n', "line 2 is not valid JSON"),
+        ('{"round": 1}\n[1, 2]\n', "line 2 is a list; expected a JSON object"),
+        ('{"round": 1}\n{"round": "x"}\n', "record 2 has a 'round' that is not"),
+    ],
+)
+def test_resume_over_damaged_records_is_one_error(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    (tmp_path / RESULTS).write_text(text)
+    with pytest.raises(ResumeError, match=rf"results.jsonl'.*{expected}.*without"):
+        truncate_results(tmp_path / RESULTS, 2)
+
+
+def test_a_torn_last_record_is_dropped_on_resume(tmp_path: Path) -> None:
+    (tmp_path / RESULTS).write_text('{"round": 1}\n{"round": 2}\n{"rou')
+    truncate_results(tmp_path / RESULTS, 2)
+    assert _rounds(tmp_path / RESULTS) == [1, 2]
+
+
+@pytest.mark.parametrize("saved", ["a: [1\n", "a: 1\na: 2\n", "\xff"])
+def test_a_damaged_saved_config_still_gives_the_refusal(
+    tmp_path: Path, saved: str
+) -> None:
+    cfg = load_config(None, tiny_overrides(tmp_path))
+    (tmp_path / "config.yaml").write_bytes(saved.encode("latin-1"))
+    with pytest.raises(ResumeError, match=r"differing keys: unknown"):
+        check_same_config(tmp_path, {"config_hash": "old"}, cfg, cfg.hash())

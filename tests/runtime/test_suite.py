@@ -110,3 +110,16 @@ def test_suite_metrics_are_the_tables_asked_for(tmp_path: Path) -> None:
     path.write_text(f"base: cfg.yaml\n{VARIANTS}metrics: accuracy\n")
     with pytest.raises(ConfigError, match="'metrics' must be a list of metric"):
         suite_metrics(path)
+
+
+def test_a_bad_variant_names_the_suite_and_the_variant(tmp_path: Path) -> None:
+    body = "base: cfg.yaml\nvariants:\n  a: []\n  b: [train.rounds=0]\n"
+    path = _suite(tmp_path, body)
+    with pytest.raises(ConfigError, match=r"suite '.*suite.yaml', variant 'b': .*"):
+        load_suite(path)
+
+
+def test_bad_metrics_fail_at_load_too(tmp_path: Path) -> None:
+    path = _suite(tmp_path, "base: cfg.yaml\n" + VARIANTS + "metrics: 5\n")
+    with pytest.raises(ConfigError, match="'metrics' must be a list of metric names"):
+        load_suite(path)  # what `fedpath check` runs

@@ -11,9 +11,11 @@ from fedpath.utils.cli_args import (
     add_launcher,
     add_overrides,
     add_quiet,
+    int_at_least,
     is_override,
     is_quiet,
     parse_args_overrides_anywhere,
+    positive_number,
 )
 
 
@@ -60,3 +62,44 @@ def test_the_launcher_options() -> None:
     bare = argparse.ArgumentParser()
     add_launcher(bare, status=False)
     assert not hasattr(bare.parse_args([]), "status")
+
+
+@pytest.mark.parametrize(
+    ("low", "bad", "expected"),
+    [
+        (1, "0", "a positive integer"),
+        (1, "-3", "a positive integer"),
+        (1, "abc", "a positive integer"),
+        (1, "2.5", "a positive integer"),
+        (0, "-1", "an integer >= 0"),
+        (0, "nan", "an integer >= 0"),
+        (2, "1", "an integer >= 2"),
+    ],
+)
+def test_numeric_options_refuse_what_they_cannot_use(
+    low: int, bad: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--batch-size", type=int_at_least(low))
+    assert parser.parse_args(["--batch-size", str(low + 3)]).batch_size == low + 3
+    with pytest.raises(SystemExit) as ex:
+        parser.parse_args(["--batch-size", bad])
+    assert ex.value.code == 2
+    assert (
+        f"argument --batch-size: expected {expected}, got {bad!r}"
+        in capsys.readouterr().err
+    )
+
+
+def test_int_at_least_says_why() -> None:
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=r">= 2 \(a batch's variance\)"
+    ):
+        int_at_least(2, "a batch's variance")("1")
+
+
+def test_positive_number_refuses_zero_negative_nan_and_infinity() -> None:
+    assert positive_number("0.5") == 0.5
+    for bad in ("0", "-1", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="a finite number > 0"):
+            positive_number(bad)

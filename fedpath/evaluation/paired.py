@@ -46,6 +46,10 @@ __all__ = [
 
 #: up to this many units the permutation test enumerates every sign pattern
 EXACT_MAX = 16
+#: the smallest difference (points) the power statement is about when none is
+#: asked for: resolving an observed 0.03 would take millions of units, which says
+#: nothing a reader can use
+MIN_EFFECT = 1.0
 Z95 = 1.959963984540054
 
 
@@ -177,13 +181,17 @@ def _verdict(
     if (lo > 0 or hi < 0) and p < alpha:
         return "better" if (lo > 0) != lower_better else "worse"
     half = (hi - lo) / 2
-    target = abs(effect) if effect else abs(float(d.mean()))
+    observed = abs(float(d.mean()))
+    target = abs(effect) if effect else max(observed, MIN_EFFECT)
     sd = float(d.std(ddof=1)) if d.size > 1 else math.nan
     head = f"not separated at this power: the interval is +-{half:.2f} points"
     if not target or not math.isfinite(sd):
         return head
     more = max(units_for_half_width(sd, target) - d.size, 1)
-    return f"{head}; about {more} more units would resolve a difference of {target:.2f}"
+    tail = f"; about {more} more units would resolve a difference of {target:.2f}"
+    if not effect and observed < MIN_EFFECT:
+        tail += f" (the observed {observed:.2f} is smaller)"
+    return head + tail
 
 
 def compare(

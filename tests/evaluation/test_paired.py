@@ -10,6 +10,7 @@ from scipy import stats
 
 from fedpath.evaluation.paired import (
     EXACT_MAX,
+    MIN_EFFECT,
     bootstrap_ci,
     compare,
     compare_all,
@@ -99,9 +100,22 @@ def test_noisy_difference_is_not_separated_and_says_how_many_more() -> None:
     c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
     assert c.verdict.startswith("not separated at this power: the interval is +-")
     sd = float(np.std(c.diffs, ddof=1))
-    more = units_for_half_width(sd, abs(c.mean)) - 4
+    more = units_for_half_width(sd, max(abs(c.mean), MIN_EFFECT)) - 4
     assert f"about {more} more units would resolve a difference of" in c.verdict
     assert "points [" in c.line() and "sign-flip permutation" in c.line()
+
+
+def test_a_tiny_difference_is_asked_about_one_point_not_itself() -> None:
+    # resolving an observed 0.1 points would take thousands of units: the power
+    # statement is about MIN_EFFECT (1 point) and says the observed is smaller
+    base = {("h0", s): 0.60 + 0.01 * s for s in range(4)}
+    meth = {("h0", s): 0.60 + 0.01 * s + (0.03 if s % 2 else -0.028) for s in range(4)}
+    c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
+    sd = float(np.std(c.diffs, ddof=1))
+    assert abs(c.mean) < 1.0
+    more = units_for_half_width(sd, 1.0) - 4
+    assert f"about {more} more units would resolve a difference of 1.00" in c.verdict
+    assert f"(the observed {abs(c.mean):.2f} is smaller)" in c.verdict
 
 
 def test_compare_all_and_unknown_baseline() -> None:

@@ -13,9 +13,10 @@ The server averages the encoders (n_k-weighted, Alg. 1 line 14), measures the
 instability Delta (Eq. 5) over the encoder's parameters (BatchNorm running
 statistics are statistics, not weights, and are left out) and updates lambda
 with the ATSA rule (Eq. 6, :mod:`fedpath.ssl.atsa`), fed either the raw Delta
-(``atsa_scale: literal``, the paper as written) or Delta relative to the mean of
-the first ``atsa_warmup`` rounds in the paper's units (``relative``, the default:
-D = atsa_anchor * Delta / (Delta_ref + eps)). Per round, results.jsonl gets
+(``atsa_scale: literal``, the default: the paper as written) or Delta relative
+to the mean of the first ``atsa_warmup`` rounds in the paper's units
+(``relative``, fedpath's option for CPU-scale models: D = atsa_anchor * Delta /
+(Delta_ref + eps)). Per round, results.jsonl gets
 ``fit/delta`` (raw Eq. 5), ``fit/delta_ref`` (Delta_ref), ``fit/delta_norm`` (the
 D Eq. 6 used; = ``fit/delta`` in literal mode), ``fit/lambda_target`` (the bracket
 of Eq. 6), ``fit/lambda`` (the weight used in this round) and ``fit/lambda_next``,

@@ -3,14 +3,17 @@
 Specification: FedStain paper, Sections III-IV, Algorithms 1-2, Eqs. 1-6.
 
 Per round (Algorithm 2): a ``stats`` stage, in which every client uploads the
-per-image channel moments (mean, std, skewness, excess kurtosis; Eq. 2) of
-ceil(r * n_i) images in the configured colour space (or, in the Table V ablation,
-only one statistic pair), and the server returns each client the pool of the
+per-image channel skewness and excess kurtosis (Eq. 2; Alg. 2 lines 5-6) of
+ceil(r * n_i) images in the configured colour space (``statistics: moments``:
+mean and std as well; or another Table V pair), and the server returns each
+client the pool of the
 *other* clients' statistics; then local training on four versions of every batch:
 
 * ``X``: the original;
-* ``X_stain = RandStain(X)`` (Level 1, Eq. 1 sound reading, then the higher-order
-  step toward a pooled (skewness, kurtosis)), with probability ``randstain_p``;
+* ``X_stain = RandStain(X)`` (Level 1: the higher-order step toward a pooled
+  (skewness, kurtosis), the image's own mean and std kept; with ``statistics:
+  moments`` first Eq. 1's sound reading toward a pooled mean and std), with
+  probability ``randstain_p``;
 * ``X1, X2 = MixStyle(AugMix(X))`` (Level 2): geometric AugMix, then
   higher-order MixStyle (Algorithm 1, ``mixstyle_mode="sound"`` by default;
   ``"paper"`` is the literal skewness-as-shift, kurtosis-as-scale reading). Alg. 2
@@ -36,10 +39,11 @@ statistic leaving a client (the exchange is unchanged); training only, never at
 evaluation (the hook is passed in :meth:`FedStainClient.loss` alone).
 
 Ablation switches (Table V and component ablations): ``statistics`` selects what
-the clients exchange and what RandStain and MixStyle use (``moments``: all four,
-default; or a Table V pair, then the *only* array uploaded: a ``mean_std`` client
-sends 2 numbers per channel and its RandStain is plain RandStainNA, a ``skew_kurt``
-client's RandStain only reshapes, keeping each image's mean and std), and
+the clients exchange and what RandStain and MixStyle use (``skew_kurt``, the
+default and the paper's; ``moments``: all four; or another Table V pair, then
+the *only* array uploaded: a ``mean_std`` client sends 2 numbers per channel and
+its RandStain is plain RandStainNA, a ``skew_kurt`` client's RandStain only
+reshapes, keeping each image's mean and std), and
 ``randstain``, ``higher_order``, ``augmix``, ``mixstyle``, ``alpha`` (0 = no L_RA),
 ``beta`` (0 = no L_JS) switch the parts off.
 """

@@ -82,14 +82,17 @@ class FedStainParams(AlgorithmParams):
     """FedStain hyper-parameters (paper defaults where it gives them).
 
     ``statistics`` is what the clients exchange and what both RandStain and
-    MixStyle use: all four moments (FedStain), or only one Table V pair, so that
-    each row of the Table V ablation neither sends nor uses the other statistics.
+    MixStyle use: skewness and kurtosis (the paper's Algorithm 2, lines 5-6, and
+    its Table V row), all four moments (``moments``: fedpath's option, which also
+    gives Eq. 1 its mean/std pool), or another Table V pair, so that each row of
+    the Table V ablation neither sends nor uses the other statistics
+    (docs/fidelity/fedstain.md).
     """
 
     upload_ratio: Annotated[float, Probability] = 0.1  # r (Tables III-IV)
     refresh: Literal["round", "once"] = "round"
     space: Literal["rgb", "lab", "hed"] = "lab"  # RandStainNA works in LAB
-    statistics: StatChoice = "moments"
+    statistics: StatChoice = "skew_kurt"  # Alg. 2 lines 5-6
     randstain: bool = True
     randstain_p: Annotated[float, Probability] = 0.9  # Sec. V-B
     randstain_sampling: Literal["fitted", "direct"] = "fitted"
@@ -265,13 +268,16 @@ class SSLParams(AlgorithmParams):
     """Common to every self-supervised method.
 
     temperature: NT-Xent tau (FedAD gives none; 0.5 is SimCLR's small-batch value).
-    crop_min_scale / hue / blur_p: the SimCLR pipeline of FedAD Section 5.2.
+    crop_min_scale / hue / blur_p: the SimCLR pipeline of FedAD Section 5.2
+    (jitter 0.4 on brightness, contrast, saturation and hue; ``hue: 0.1`` is
+    SimCLR's own s = 0.5 value, docs/fidelity/fedad.md), shared by every method
+    of the FedAD comparison so that they differ in the method, not the views.
     bn_buffers: how BatchNorm running statistics are aggregated.
     """
 
     temperature: Annotated[float, Gt(0)] = 0.5
     crop_min_scale: Annotated[float, Range(0, 1, lo_open=True)] = 0.08
-    hue: Annotated[float, Range(0, 0.5)] = 0.1
+    hue: Annotated[float, Range(0, 0.5)] = 0.4  # Sec. 5.2 (0.1: SimCLR s = 0.5)
     blur_p: Annotated[float, Probability] = 0.5
     bn_buffers: Literal["average", "pooled"] = "average"
 
@@ -331,12 +337,12 @@ class FedADParams(SSLParams):
     head_hidden: hidden width of g_k (default: the feature dimension F).
     atsa: use the ATSA curriculum; false sends ``static_lambda`` every round.
     lambda_min, lambda_max, alpha, k, eps: Eq. 5-6.
-    atsa_scale: what Eq. 6 is fed. ``relative`` (default): D = atsa_anchor *
-    Delta / (Delta_ref + eps), Delta_ref the mean Delta of the first
-    ``atsa_warmup`` rounds, so the paper's thresholds apply to the instability
-    relative to the run's start at any model size; ``literal``: D = Delta, the
-    paper as written (its thresholds assume Delta ~ 0.2 at the start). See
-    :mod:`fedpath.ssl.atsa`.
+    atsa_scale: what Eq. 6 is fed. ``literal`` (default): D = Delta, the
+    paper as written (its thresholds assume Delta ~ 0.2 at the start);
+    ``relative``: D = atsa_anchor * Delta / (Delta_ref + eps), Delta_ref the
+    mean Delta of the first ``atsa_warmup`` rounds, so the paper's thresholds
+    apply to the instability relative to the run's start at any model size
+    (fedpath's option for CPU-scale models). See :mod:`fedpath.ssl.atsa`.
     """
 
     gamma: Annotated[float, Ge(0)] = 2.0
@@ -349,7 +355,7 @@ class FedADParams(SSLParams):
     alpha: float = 0.8
     k: float = 20.0
     eps: float = 1e-8
-    atsa_scale: Literal["relative", "literal"] = "relative"
+    atsa_scale: Literal["relative", "literal"] = "literal"
     atsa_warmup: Annotated[int, Ge(1)] = 3
     atsa_anchor: Annotated[float, Gt(0)] = 0.2
 

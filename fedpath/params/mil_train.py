@@ -159,8 +159,14 @@ class FedHDParams(SpacesParams):
     ``many_to_one``: 0 = one synthetic slide per real slide, k > 0 = k per class
     from the pooled slides of a client; ``max_patches``: patches per slide used to
     fit its mixture (a seeded subsample; null = all).
+
+    ``spaces`` defaults to ``adapt``: the paper's hospitals keep different
+    extractors, and with every client in one space ``adapt`` trains exactly
+    what ``same`` does (tests/algorithms/test_fedhd_hetero.py); ``same`` is
+    the option that refuses clients in different spaces.
     """
 
+    spaces: Literal["same", "adapt"] = "adapt"
     components: Annotated[int, Ge(1)] = 16
     covariance: Literal["full", "diag"] = "full"
     tokens: Annotated[int, Ge(2)] = 1000

@@ -20,12 +20,14 @@ Delta -> 0 drives lambda to lambda_max.
 
 What D is (``scale``):
 
-* ``"literal"`` (the paper as written): D_t = Delta_t. The thresholds then hold
-  only where Delta has the paper's size (~0.2 at the start, Figure 9); a smaller
-  model, learning rate or local budget gives a smaller Delta (at CPU scale
+* ``"literal"`` (the default: the paper as written): D_t = Delta_t. The
+  thresholds then hold only where Delta has the paper's size (~0.2 at the
+  start, Figure 9); a smaller model, learning rate or local budget gives a
+  smaller Delta (at CPU scale
   0.003-0.025), for which exp(-k Delta) ~ 1 every round: lambda just ramps to
   lambda_max and the "unstable phase" never occurs.
-* ``"relative"`` (the default): the instability relative to the run's own start,
+* ``"relative"`` (fedpath's option for models of another scale,
+  docs/fidelity/fedad.md): the instability relative to the run's own start,
   expressed in the paper's units,
 
       Delta_ref,t = mean(Delta_1, ..., Delta_min(t, W))      (W = ``warmup``)
@@ -148,7 +150,7 @@ class ATSA:
     alpha: float = 0.8
     k: float = 20.0
     eps: float = 1e-8
-    scale: AtsaScale = "relative"
+    scale: AtsaScale = "literal"
     warmup: int = 3
     anchor: float = 0.2
     value: float = field(default=-1.0)

@@ -2,7 +2,7 @@
 
 FedAD Section 5.2 (identical to SimCLR, Chen et al. 2020): random resized crop
 (scale 0.08-1, aspect 3/4-4/3), horizontal flip (p 0.5), colour jitter of strength
-0.4 on brightness, contrast and saturation (p 0.8), grayscale (p 0.2), Gaussian
+0.4 on brightness, contrast, saturation and hue (p 0.8), grayscale (p 0.2), Gaussian
 blur with sigma in [0.1, 2.0] (p 0.5). Every draw comes from one
 ``torch.Generator``, so two calls with equally seeded generators give identical
 views, and all samples of a batch are transformed at once (no per-sample Python
@@ -18,8 +18,9 @@ Differences from torchvision's per-image pipeline, on purpose (CPU speed):
   jitter order is one random permutation per batch, not per image;
 * the blur kernel is ~10 % of the image side (odd, >= 3) as in SimCLR (23 px at
   224 px), so on tiny images a large sigma is truncated by the kernel;
-* hue strength defaults to 0.1 (MoCo-v2/SimCLR-code practice). The paper's
-  literal "0.4 to brightness, contrast, saturation, and hue" is ``hue=0.4``.
+* hue strength defaults to the paper's 0.4 ("0.4 to brightness, contrast,
+  saturation, and hue"); ``hue=0.1`` is SimCLR's own value at s = 0.5 (and
+  MoCo v2's), fedpath's option (docs/fidelity/fedad.md).
 
 Input is ``uint8`` (returned as ``uint8``) or floating point in [0, 1] (returned
 as float in [0, 1]), shape ``(B, 3, H, W)``.
@@ -63,7 +64,7 @@ class SimCLRAugment(Checked):
     brightness: Strength = 0.4
     contrast: Strength = 0.4
     saturation: Strength = 0.4
-    hue: Annotated[float, Range(0, 0.5)] = 0.1  # a rotation of at most half a turn
+    hue: Annotated[float, Range(0, 0.5)] = 0.4  # a rotation of at most half a turn
     gray_p: Chance = 0.2
     blur_p: Chance = 0.5
     blur_sigma: Annotated[

@@ -104,7 +104,7 @@ def test_round_shape_and_stage_checks() -> None:
 
 
 def test_aggregate_checks_spaces_and_adds_the_guard_figures() -> None:
-    server = Recorder(FedHDParams(), context())
+    server = Recorder(FedHDParams(spaces="same"), context())  # adapt: FedHD's default
     replies = distill_replies({"a": ("uni", 4, 1.0, 1), "b": ("uni", 4, 2.0, 2)})
     out = server.aggregate("distill", 1, replies)
     assert out == {"kept": 2, "nn_ratio_min/a": 1.0, "nn_ratio_min/b": 2.0}
@@ -159,7 +159,7 @@ def test_pool_groups_by_space_and_survives_a_checkpoint() -> None:
 
 def test_pool_server_sends_slides_in_round_one_only() -> None:
     servers: list[PoolServer[Any]] = [
-        FedHDServer(FedHDParams(), context()),
+        FedHDServer(FedHDParams(spaces="same"), context()),
         FedDGMServer(FedDGMParams(), context()),
     ]
     for server in servers:
@@ -183,7 +183,7 @@ def test_pool_server_sends_slides_in_round_one_only() -> None:
 def test_the_methods_name_themselves_in_errors() -> None:
     mixed = distill_replies({"a": ("uni", 4, 1.0, 1), "b": ("r50", 6, 2.0, 1)})
     servers: list[tuple[DistillFitServer[Any], str, str]] = [
-        (FedHDServer(FedHDParams(), context()), "FedHD", "FedHD clients"),
+        (FedHDServer(FedHDParams(spaces="same"), context()), "FedHD", "FedHD clients"),
         (FedDGMServer(FedDGMParams(), context()), "feddgm", "FedDGM clients"),
         (DESAServer(DESAParams(), context()), "desa", "DESA clients"),
     ]

@@ -72,11 +72,10 @@ def test_runtime_bytes_per_round_are_the_encoders(tmp_path: Path) -> None:
     assert rec["bytes_up"] == rec["bytes_down"] == 3 * enc
     assert rec["fit/lambda"] == pytest.approx(0.1)  # round 1: lambda_min
     assert rec["fit/delta"] > 0 and 0.1 <= rec["fit/lambda_next"] <= 1.0
-    # what the (relative) controller used is in the record: round 1 is the reference
+    # what the controller used is in the record: round 1 is the reference, and
+    # the default (literal) Eq. 6 is fed Delta itself
     assert rec["fit/delta_ref"] == pytest.approx(rec["fit/delta"])
-    assert rec["fit/delta_norm"] == pytest.approx(
-        0.2 * rec["fit/delta"] / (rec["fit/delta_ref"] + 1e-8), rel=1e-9
-    )
+    assert rec["fit/delta_norm"] == rec["fit/delta"]
     assert rec["fit/lambda_target"] == pytest.approx(
         0.1 + 0.9 * np.exp(-20 * rec["fit/delta_norm"]), rel=1e-9
     )
@@ -197,22 +196,24 @@ def test_server_atsa_static_lambda_and_checkpoint(tmp_path: Path) -> None:
     num = np.sqrt(sum(((new[k] - old[k]).astype(np.float64) ** 2).sum() for k in keys))
     den = np.sqrt(sum((old[k].astype(np.float64) ** 2).sum() for k in keys))
     assert logs["delta"] == pytest.approx(num / (den + 1e-8), rel=1e-5)
-    # default scale "relative": D = 0.2 * Delta / (Delta_ref + eps), and the first
-    # round is its own reference
-    assert logs["delta_ref"] == logs["delta"]
-    norm = 0.2 * logs["delta"] / (logs["delta"] + 1e-8)
-    assert logs["delta_norm"] == pytest.approx(norm, rel=1e-12)
-    target = 0.1 + 0.9 * np.exp(-20 * norm)
+    # the default is the paper's Eq. 6 on the raw Delta (issue 39)
+    assert logs["delta_ref"] == logs["delta"] == logs["delta_norm"]
+    target = 0.1 + 0.9 * np.exp(-20 * logs["delta"])
     assert logs["lambda_target"] == pytest.approx(target, rel=1e-12)
     assert logs["lambda_next"] == pytest.approx(0.8 * 0.1 + 0.2 * target, rel=1e-6)
     assert logs["lambda"] == pytest.approx(0.1)
-    # the paper's literal Eq. 6 on the raw Delta, selectable
-    literal = resolve_params(FedADParams, {"atsa_scale": "literal"}, "algorithm.params")
-    lit_logs = FedADServer(literal, sctx).aggregate("fit", 1, replies)
-    assert lit_logs["delta_norm"] == lit_logs["delta"] == pytest.approx(logs["delta"])
-    lit_target = 0.1 + 0.9 * np.exp(-20 * lit_logs["delta"])
-    assert lit_logs["lambda_next"] == pytest.approx(
-        0.8 * 0.1 + 0.2 * lit_target, rel=1e-6
+    # fedpath's relative scale, selectable: D = 0.2 * Delta / (Delta_ref + eps),
+    # the first round its own reference
+    relative = resolve_params(
+        FedADParams, {"atsa_scale": "relative"}, "algorithm.params"
+    )
+    rel_logs = FedADServer(relative, sctx).aggregate("fit", 1, replies)
+    norm = 0.2 * logs["delta"] / (logs["delta"] + 1e-8)
+    assert rel_logs["delta"] == pytest.approx(logs["delta"])
+    assert rel_logs["delta_norm"] == pytest.approx(norm, rel=1e-12)
+    rel_target = 0.1 + 0.9 * np.exp(-20 * norm)
+    assert rel_logs["lambda_next"] == pytest.approx(
+        0.8 * 0.1 + 0.2 * rel_target, rel=1e-6
     )
     restored = FedADServer(params, sctx)
     restored.load_state(server.state())

@@ -49,6 +49,9 @@ FEDHD = [
     "algorithm.params.iters=10",
     "algorithm.params.t0=1",
 ]
+#: the option that refuses clients in different embedding spaces (the default,
+#: ``adapt``, trains the same numbers when every client is in one space)
+SAME = "algorithm.params.spaces=same"
 
 
 def tiny(tmp_path: Path, *extra: str) -> ExperimentConfig:
@@ -131,7 +134,7 @@ def _ctx(run: InProcessRun, cid: str) -> ClientContext:
 
 
 def test_payload_audit_only_synthetic_slides_leave_a_client(tmp_path: Path) -> None:
-    cfg = tiny(tmp_path, *FEDHD)
+    cfg = tiny(tmp_path, *FEDHD, SAME)
     run = _run(cfg, tmp_path)
     params = run.run_ctx.params
     assert isinstance(params, FedHDParams)
@@ -164,7 +167,7 @@ def test_payload_audit_only_synthetic_slides_leave_a_client(tmp_path: Path) -> N
 
 
 def test_clients_in_different_embedding_spaces_are_refused(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, *FEDHD), tmp_path)
+    run = _run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
     server = FedHDServer(run.run_ctx.params, run.server.ctx)
     arrays = bags_to_arrays([SlideBag("a", torch.zeros(2, 8), 0, "h")])
     replies = {
@@ -182,7 +185,7 @@ def test_clients_in_different_embedding_spaces_are_refused(tmp_path: Path) -> No
 
 
 def test_server_state_round_trips(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, *FEDHD), tmp_path)
+    run = _run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
     ctx: ServerContext = run.server.ctx
     server = FedHDServer(run.run_ctx.params, ctx)
     a, b = ctx.client_ids[2], ctx.client_ids[0]

@@ -25,7 +25,7 @@ from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.tasks.bags import BagTask
 from fedpath.types import ClientState, Payload
-from tests.algorithms.test_fedhd import FEDHD, TINY
+from tests.algorithms.test_fedhd import FEDHD, SAME, TINY
 from tests.mil.test_export import same_metrics
 
 #: hospital_0 keeps the dataset's space (D = 8); the others are other "extractors"
@@ -65,7 +65,7 @@ def _replies(dims: dict[str, tuple[str, int]]) -> dict[str, Payload]:
 
 
 def test_server_accepts_differing_spaces_only_with_the_option(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, *FEDHD), tmp_path)
+    run = _run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
     params = run.run_ctx.params
     assert isinstance(params, FedHDParams)
     same = FedHDServer(params, run.server.ctx)
@@ -111,7 +111,7 @@ def test_server_accepts_differing_spaces_only_with_the_option(tmp_path: Path) ->
 
 
 def test_same_mode_run_with_own_extractors_names_the_option(tmp_path: Path) -> None:
-    cfg = tiny(tmp_path, *FEDHD, SPACES)
+    cfg = tiny(tmp_path, *FEDHD, SPACES, SAME)
     with pytest.raises(ConfigError, match=r"algorithm\.params\.spaces: adapt"):
         _run(cfg, tmp_path).run()
 
@@ -259,3 +259,26 @@ def test_folder_feature_set_reads_its_own_bag_files(tmp_path: Path) -> None:
     assert model.in_dim == 6 and model.embedding_space == "lite0"
     assert model.meta.encoder["backbone"] == "efficientnet_lite0"
     assert model.meta.data["root"] == str(root)
+
+
+def test_adapt_in_one_space_trains_exactly_what_same_does(tmp_path: Path) -> None:
+    """Issue 39: ``adapt`` is FedHD's default because, with every client in the
+    dataset's one space, it sends the same slides and trains the same models as
+    ``same`` (no adapter is built): the same numbers, round 2 included."""
+    assert FedHDParams().spaces == "adapt"
+    two = ("train.rounds=2", "train.local_epochs=2")
+    runs = {}
+    for mode in ("same", "adapt"):
+        cfg = tiny(tmp_path / mode, *FEDHD, *two, f"algorithm.params.spaces={mode}")
+        run = _run(cfg, tmp_path / mode)
+        runs[mode] = (run.run(), run)
+    (rec_same, same), (rec_adapt, adapt) = runs["same"], runs["adapt"]
+    assert rec_adapt["evaluation"]["clients"] == rec_same["evaluation"]["clients"]
+    assert sorted(adapt.states) == sorted(same.states)
+    for cid, state in same.states.items():
+        other = adapt.states[cid]
+        assert ADAPTERS not in other.arrays  # one space: nothing to adapt
+        model = state.arrays["model"]
+        assert sorted(other.arrays["model"]) == sorted(model)
+        for k, v in model.items():
+            np.testing.assert_array_equal(other.arrays["model"][k], v)

@@ -26,6 +26,8 @@ from fedpath.types import Payload
 from tests.conftest import tiny_overrides
 
 EXCHANGE = ["fedstain", "fedccrl", "fedalign"]
+#: what a FedStain client uploads by default: S_i, K_i (Alg. 2 lines 5-6)
+DEFAULT_STATS = "skew_kurt"
 #: FedStain Table V as shipped: one row per exchanged statistic setting
 TABLE_V = (
     Path(__file__).parents[2] / "configs" / "ablations" / "fedstain_statistics.yaml"
@@ -105,7 +107,7 @@ def test_refresh_once_runs_the_stats_stage_in_round_one_only(tmp_path: Path) -> 
     assert {r for _, s, r, _, _ in calls if s == "fit"} == {1, 2, 3}
     # the pool survives to later rounds
     assert all(
-        len(sent.arrays["pool"]["moments"]) > 0
+        len(sent.arrays["pool"][DEFAULT_STATS]) > 0
         for _, s, _, sent, _ in calls
         if s == "fit"
     )
@@ -121,11 +123,11 @@ def test_bad_uploads_are_rejected_by_name_and_the_round_goes_on(
     def corrupt(cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
         reply = inner(cid, stage, rnd, payload)
         if stage == "stats" and cid == "hospital_1/c1":
-            m = reply.arrays["stats"]["moments"]
+            m = reply.arrays["stats"][DEFAULT_STATS]
             if bad == "nan":
                 m[0, 0, 0] = np.nan
             elif bad == "shape":
-                reply.arrays["stats"]["moments"] = m[:, :, :2]
+                reply.arrays["stats"][DEFAULT_STATS] = m[:, :, :1]
             elif bad == "keys":
                 reply.arrays["stats"] = {"pixels": m}
             else:
@@ -388,7 +390,9 @@ def test_defended_uploads_and_a_shuffled_pool_through_a_run(tmp_path: Path) -> N
 
     def uploads(calls):  # type: ignore[no-untyped-def]
         return {
-            c: r.arrays["stats"]["moments"] for c, s, _, _, r in calls if s == "stats"
+            c: r.arrays["stats"][DEFAULT_STATS]
+            for c, s, _, _, r in calls
+            if s == "stats"
         }
 
     raw, noisy = uploads(calls_a), uploads(calls_b)
@@ -399,7 +403,7 @@ def test_defended_uploads_and_a_shuffled_pool_through_a_run(tmp_path: Path) -> N
     # the pool holds the others' (noised) entries, in a shuffled order
     cid, _, _, sent, _ = next(c for c in calls_b if c[1] == "fit")
     others = np.concatenate([noisy[o] for o in sorted(noisy) if o != cid])
-    pool = sent.arrays["pool"]["moments"]
+    pool = sent.arrays["pool"][DEFAULT_STATS]
     assert not np.array_equal(pool, others)
     order = np.lexsort(pool.reshape(len(pool), -1).T)
     ref = np.lexsort(others.reshape(len(others), -1).T)
@@ -457,6 +461,25 @@ def test_table_v_rows_send_and_receive_only_their_statistics(
         torch.testing.assert_close(
             pool_used.stats, torch.from_numpy(sent.arrays["pool"][statistics])
         )
+
+
+def test_default_fedstain_exchanges_the_papers_skewness_and_kurtosis(
+    tmp_path: Path,
+) -> None:
+    """Issue 39: the name alone runs Algorithm 2 lines 5-6, S_i and K_i only;
+    the four moments are the option ``statistics: moments``."""
+    run = make_run(tmp_path, "algorithm.name=fedstain", "train.rounds=1")
+    calls = spy_calls(run)
+    run.run()
+    uploads = [reply.arrays["stats"] for _, s, _, _, reply in calls if s == "stats"]
+    assert uploads and all(sorted(sent) == ["skew_kurt"] for sent in uploads)
+    assert all(sent["skew_kurt"].shape[1:] == (3, 2) for sent in uploads)
+    assert STAT_NAMES["skew_kurt"] == ("skewness", "excess_kurtosis")
+    cid, sent = next((c, p) for c, s, _, p, _ in calls if s == "fit")
+    client = run.client_half(cid, 1)
+    assert isinstance(client, FedStainClient)
+    client.begin(run.task.build_model(), sent, run.states[cid])
+    assert client.rs_pool.kind == client.ms_pool.kind == "skew_kurt"
 
 
 def randstain_before_clamp(

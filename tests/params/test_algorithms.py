@@ -34,7 +34,9 @@ def test_fedstain_cross_field_rules() -> None:
 
 
 def test_fedstain_layouts() -> None:
-    assert FedStainParams().stat_layout() == {"moments": (3, 4)}
+    # the paper's S_i, K_i by default (issue 39); all four moments on request
+    assert FedStainParams().stat_layout() == {"skew_kurt": (3, 2)}
+    assert FedStainParams(statistics="moments").stat_layout() == {"moments": (3, 4)}
     assert FedStainParams(statistics="mean_std").stat_layout() == {"mean_std": (3, 2)}
     assert FedStainParams().feature_layers() == ()
     assert FedStainParams(mixstyle_level="features").feature_layers() == (0, 1)

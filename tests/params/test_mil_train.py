@@ -41,4 +41,5 @@ def test_weight_averaging_needs_one_architecture_and_space() -> None:
     with pytest.raises(ConfigError, match="no per-client feature extractors"):
         FedAvgMILParams(features={"hospital_0": {"project": 4}})
     assert FedProxMILParams().mu == 0.01 and FedAvgMILParams().mu == 0.0
-    assert FedHDParams(spaces="adapt").adapt and not FedHDParams().adapt
+    # FedHD federates clients of other extractors by default (issue 39)
+    assert FedHDParams().adapt and not FedHDParams(spaces="same").adapt

@@ -117,3 +117,27 @@ def test_boundary_parameters_are_valid() -> None:
     )
     out = edge(torch.rand(2, 3, 8, 8, generator=gen(0)), gen(1))
     assert out.shape == (2, 3, 8, 8)
+
+
+def test_fedad_default_jitter_rotates_hue_up_to_the_papers_0_4() -> None:
+    """Issue 39: FedAD Sec. 5.2 jitters hue with strength 0.4 (up to 0.4 of a
+    turn), not SimCLR's s = 0.5 value 0.1 (``hue: 0.1`` is the option)."""
+    from dataclasses import replace
+
+    from fedpath.params.algorithms import FedADParams
+    from fedpath.ssl.augment import color_jitter
+
+    aug = FedADParams().augmentation()
+    assert (aug.brightness, aug.contrast, aug.saturation) == (0.4, 0.4, 0.4)
+    # hue only, on a low-chroma colour that every rotation keeps inside [0, 1]
+    hue_only = replace(aug, brightness=0.0, contrast=0.0, saturation=0.0)
+    x = torch.tensor([0.55, 0.45, 0.5]).view(1, 3, 1, 1).repeat(400, 1, 4, 4)
+    out = color_jitter(x, gen(0), hue_only)
+    iq_in = torch.einsum("ij,bjhw->bihw", _RGB2YIQ, x)[:, 1:, 0, 0]
+    iq_out = torch.einsum("ij,bjhw->bihw", _RGB2YIQ, out)[:, 1:, 0, 0]
+    turn = torch.atan2(iq_out[:, 1], iq_out[:, 0]) - torch.atan2(
+        iq_in[:, 1], iq_in[:, 0]
+    )
+    turn = torch.remainder(turn / (2 * torch.pi) + 0.5, 1.0) - 0.5
+    assert turn.abs().max() <= 0.4 + 1e-4
+    assert turn.abs().max() > 0.3  # beyond anything hue = 0.1 can draw

@@ -124,6 +124,14 @@ class ModelMeta(Checked):
     #: test-time augmentation at prediction (``evaluation.tta`` of the run):
     #: ``dihedral`` averages the softmax over the 8 flips and turns
     tta: str = "none"
+    #: the exported weights' figures on the source validation slides (selection
+    #: score, n, NLL and ECE before and after the temperature, the operating
+    #: point's rates); {}: no validation (older files too)
+    validation: dict[str, Any] = field(default_factory=dict)
+    #: a consortium model's honest estimate at a new site: the leave-one-
+    #: hospital-out runs of its recipe (``evaluation.expected``,
+    #: :func:`fedpath.runtime.consortium.expected_estimate`); {}: none
+    expected: dict[str, Any] = field(default_factory=dict)
     #: BatchNorm statistics re-estimated on a site's unlabelled images by
     #: ``fedpath adapt-bn`` (:mod:`fedpath.tasks.adapt`): ``images`` (how many),
     #: ``folder`` (its name), ``from_sha256`` (the file adapted), ``when``;

@@ -87,10 +87,19 @@ class ExperimentConfig(Checked):
 
     def _validate_run(self) -> None:
         """The held-out domain, the seeds and the run directory's names."""
+        # lodo.targets: none with validation is consortium mode (docs/ship.md):
+        # every hospital trains, the validation slides are all that is scored
         require(
-            self.lodo.targets != "none" or self.evaluation.protocol == "local",
+            self.lodo.targets != "none"
+            or self.evaluation.protocol == "local"
+            or (
+                self.evaluation.protocol == "classifier"
+                and self.partition.validation > 0
+            ),
             "evaluation.protocol",
-            "'local' when lodo.targets is 'none' (no held-out domain to evaluate on)",
+            "'local' when lodo.targets is 'none' (no held-out domain to evaluate "
+            "on), or 'classifier' with partition.validation > 0 (consortium mode: "
+            "scored on the hospitals' validation slides)",
             self.evaluation.protocol,
         )
         require(

@@ -207,7 +207,14 @@ class EvalConfig(Checked):
 
     With ``partition.validation`` > 0: ``select_metric``, the validation metric
     (mean over source clients) that selects a round; ``target_sensitivity``, for
-    two classes, the sensitivity the operating point reaches on validation.
+    two classes, the sensitivity the operating point reaches on validation;
+    ``positive_class``: the class it is for (null: the second class listed),
+    which must be the data's second class (the threshold is on its probability).
+
+    ``expected``: consortium mode only (``lodo.targets: none``): folders of the
+    leave-one-hospital-out runs of the same recipe; their balanced accuracy per
+    held-out hospital goes into ``model.fpm`` (``expected``) as the honest
+    estimate at a new site (:mod:`fedpath.runtime.consortium`).
 
     ``tta``: test-time augmentation of every evaluation (and of the exported
     model): ``dihedral`` averages the softmax over the 8 flips and 90-degree
@@ -253,6 +260,8 @@ class EvalConfig(Checked):
         ),
     ] = "balanced_accuracy"
     target_sensitivity: Annotated[float | None, Range(0, 1, lo_open=True)] = None
+    positive_class: str | None = None
+    expected: list[str] = field(default_factory=list)
     tta: Literal["none", "dihedral"] = "none"
     adapt_bn: bool = False
     swa_from: Annotated[int, Ge(0)] = 0

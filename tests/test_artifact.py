@@ -251,9 +251,14 @@ def test_model_file_round_trips_temperature_and_threshold(
         for key in ("round", "selection", "temperature", "threshold"):
             head.pop(key)
         head.pop("target_sensitivity")
+        head.pop("validation")  # and before the consortium's figures (issue 41)
+        head.pop("expected")
 
     old = load_model(rewrite_header(path, tmp_path / "old.fpm", drop))
     assert old.meta.temperature is None and old.meta.threshold is None
+    old_meta = read_model_file(tmp_path / "old.fpm")[0]
+    assert old_meta.validation == {} and old_meta.expected == {}
+    assert meta.validation["n"] == sel["calibrated"]["validation"]["n"]
     x = torch.zeros(2, 3, 32, 32, dtype=torch.uint8)
     raw = old.predict_proba(x)
     assert meta.temperature is not None

@@ -151,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
     _print_data(console, opened)
     part = "" if args.split == "all" else f" ({args.split} split)"
     _print_metrics(console, f"all{part}", result, model.class_names, unit)
+    expected = getattr(model.meta, "expected", None)  # a consortium image model
+    if expected:
+        result["expected"] = expected
+        console.print(expected_line(expected, result), highlight=False, markup=False)
     for d, dm in result.get("per_domain", {}).items():
         _print_metrics(console, f"{d}{part}", dm, model.class_names, unit)
     if ds.skipped:
@@ -159,6 +163,24 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write_text(args.out, dumps_json(result, indent=2))
     return 0
+
+
+def expected_line(expected: dict, measured: dict) -> str:
+    """What a consortium model file expects at a new site (its ``expected``
+    entry: the leave-one-hospital-out runs of its recipe) beside what was
+    measured here (``measured``: the report of all the data)."""
+
+    def num(v: object) -> str:  # the header's dict is not typed inside: check
+        ok = isinstance(v, int | float) and not isinstance(v, bool)
+        return f"{v:.4f}" if ok else "n/a"
+
+    lo, hi = num(expected.get("min")), num(expected.get("max"))
+    return (
+        f"balanced_accuracy measured here {num(measured.get('balanced_accuracy'))}"
+        f"; expected at a new site from leave-one-hospital-out: "
+        f"{num(expected.get('mean'))} [{lo}, {hi}] over "
+        f"{expected.get('hospitals', '?')} hospitals"
+    )
 
 
 def _print_data(console: Console, opened: EvalData) -> None:

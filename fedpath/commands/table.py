@@ -18,6 +18,7 @@ SPLIT_TITLES = {
     "source_worst": "worst source domain",
     "clients": "clients' own test splits",
     "adapted": "unseen target domain, BatchNorm adapted to it",
+    "validation": "sources' validation slides (mean over clients)",
 }
 
 
@@ -45,8 +46,10 @@ def register(sub: SubParsers) -> None:
         help="which evaluation to tabulate: the unseen target domain, the sources' "
         "test splits (mean or worst), each client's own test split (one column "
         "per client; runs with lodo.targets: none have only this), or the target "
-        "with BatchNorm adapted to its unlabelled images (evaluation.adapt_bn). "
-        "Default: target when the runs have it, else clients",
+        "with BatchNorm adapted to its unlabelled images (evaluation.adapt_bn), "
+        "or the sources' validation slides (partition.validation > 0; all that a "
+        "consortium run, lodo.targets: none with evaluation.protocol: classifier, "
+        "has: its row is 'consortium'). Default: the first of these the runs have",
     )
     table.add_argument(
         "--select",
@@ -55,7 +58,7 @@ def register(sub: SubParsers) -> None:
         help="the last round's model, the round selected on the sources' "
         "validation slides (runs with partition.validation > 0), or the mean of "
         "the last rounds' weights (runs with evaluation.swa_from > 0); the last "
-        "two with --split target or adapted",
+        "two with --split target, adapted or validation",
     )
     table.add_argument(
         "--format", default="markdown", choices=["markdown", "csv", "latex"]

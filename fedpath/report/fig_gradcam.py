@@ -85,6 +85,11 @@ def cam_panel(
     """Grad-CAM of up to ``per_kind`` correct and ``per_kind`` wrong predictions
     among ``samples``' unseen-domain images (chosen with ``seed``)."""
     idx = np.flatnonzero(samples.unseen)
+    if not idx.size:  # the report names why the figure is missing
+        raise ValueError(
+            "no unseen-domain images (a consortium run, lodo.targets: none, "
+            "holds no hospital out)"
+        )
     x = loaded.to_tensor(samples.images[idx])  # type: ignore[attr-defined]
     model = loaded.model  # type: ignore[attr-defined]
     with torch.no_grad():

@@ -51,10 +51,13 @@ def run_samples(run: Run, per_domain: int, seed: int) -> Samples:
 
     cfg = build_config(run.config)
     ds = run_dataset(run)
-    fold = next(f for f in lodo_plan(ds, [run.target]) if f.target == run.target)
+    # a consortium run (target "none") holds nothing out: its sources only
+    targets: str | list[str] = "none" if run.target == "none" else [run.target]
+    fold = next(f for f in lodo_plan(ds, targets) if f.target == run.target)
+    held = [] if fold.target == "none" else [fold.target]
     rng = np.random.default_rng(seed)
     parts = []
-    for domain in [*fold.sources, fold.target]:
+    for domain in [*fold.sources, *held]:
         split = ds.split(
             domain, cfg.lodo.eval_split if domain == fold.target else "test"
         )

@@ -25,10 +25,14 @@ def tables(b: Builder, exp: Experiment) -> None:
         return
     methods = exp.methods
     split = "clients" if exp.per_client else "target"
+    if split == "target" and all(r.target == "none" for r in exp.finished):
+        split = "validation"  # consortium mode: nothing held out (docs/ship.md)
     rows = [r for r in collect_rows([exp.root], split) if r.method in methods]
     label = {
         "target": "at the unseen domain",
         "clients": "on each client's own test slides (clients x methods)",
+        "validation": "on the hospitals' validation slides (consortium: every "
+        "hospital trained, none held out)",
     }[split]
     for metric in TABLE_METRICS:
         have = [r for r in rows if isinstance(r.metrics.get(metric), int | float)]

@@ -101,7 +101,7 @@ def averaged_block(
     last: ArrayDict,
     task: Task,
     model: EvalModel,
-    target: Split,
+    target: Split | None,
     selector: Selector | None,
     predictions: Callable[[ArrayDict], ValidationPredictions],
 ) -> dict[str, Any]:
@@ -112,10 +112,9 @@ def averaged_block(
     if weights is None:
         return {}
     model.load(weights)
-    block: dict[str, Any] = {
-        "rounds": averager.rounds,
-        "target": task.evaluate(model.module, target),
-    }
+    block: dict[str, Any] = {"rounds": averager.rounds}
+    if target is not None:  # None: consortium mode, nothing held out
+        block["target"] = task.evaluate(model.module, target)
     if selector is not None:
         val = predictions(weights)
         model.load(weights)  # (the transport may have used the model)

@@ -27,6 +27,7 @@ from fedpath.data.partition import ClientData, LodoFold
 from fedpath.evaluation.metrics import NonFiniteProbabilities
 from fedpath.runtime.adapt_bn import adapted_blocks
 from fedpath.runtime.averaging import RoundAverage, averaged_block
+from fedpath.runtime.consortium import check_positive_class, expected_estimate
 from fedpath.runtime.divergence import diverged
 from fedpath.runtime.evaluate import (
     EvalModel,
@@ -68,6 +69,10 @@ class Evaluator:
         self.model = EvalModel(model)
         self.splits = eval_splits(cfg, dataset, fold)
         #: training-domain validation (None: partition.validation is 0)
+        check_positive_class(cfg, task)
+        #: the leave-one-out estimate a consortium model carries (checked before
+        #: training: a wrong folder fails now, not after the last round)
+        self.expected = expected_estimate(cfg)
         self.selector = (
             Selector(cfg, task, clients) if cfg.partition.validation > 0 else None
         )
@@ -83,9 +88,10 @@ class Evaluator:
         return rnd % t.eval_every == 0 or rnd == t.rounds
 
     @property
-    def target(self) -> Split:
-        """The held-out domain's evaluated split."""
-        return self.splits[("target", self.fold.target)]
+    def target(self) -> Split | None:
+        """The held-out domain's evaluated split (None: consortium mode, nothing
+        held out, :mod:`fedpath.runtime.consortium`)."""
+        return self.splits.get(("target", self.fold.target))
 
     # ------------------------------------------------------------------ rounds
 
@@ -131,7 +137,8 @@ class Evaluator:
             for cid, metrics in per_client.items():
                 log.eval(rnd, "client", cid, metrics)
             out.update(summarize_clients(per_client))
-        if weights is not None and self.splits:
+        # consortium mode has no split to score, only the validation slides
+        if weights is not None and (self.splits or self.selector is not None):
             out.update(self._global(rnd, weights, transport, log))
         return out
 
@@ -152,7 +159,12 @@ class Evaluator:
                 self.task, module, self.splits, self.cfg, seed, record
             )
             return {"target": probed}
-        out = evaluate_classifier(self.task, module, self.splits, record)
+        # consortium mode (no split): only the validation block below
+        out = (
+            evaluate_classifier(self.task, module, self.splits, record)
+            if self.splits
+            else {}
+        )
         if self.selector is not None:
             per_client = transport.validation_metrics(rnd, weights)
             val = self.selector.score(rnd, per_client, weights, record)
@@ -199,14 +211,15 @@ class Evaluator:
                 self.selector,
                 predictions,
             )
-        if self.cfg.evaluation.adapt_bn:
+        target = self.target
+        if self.cfg.evaluation.adapt_bn and target is not None:
             final = adapted_blocks(
                 final,
                 last,
                 task=self.task,
                 model=self.model,
                 dataset=self.dataset,
-                target=(self.fold.target, self.target),
+                target=(self.fold.target, target),
                 eval_split=self.cfg.lodo.eval_split,
                 selector=self.selector,
                 averager=self.averager,

@@ -29,6 +29,7 @@ from fedpath.config import (
 from fedpath.data.base import DATASETS, DomainDataset
 from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.evaluation.tables import ResultRow
+from fedpath.runtime.consortium import CONSORTIUM, validation_split
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.runtime.persistence import FINAL
 from fedpath.runtime.records import read_final
@@ -100,7 +101,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
 
 #: the splits of ``fedpath table --split``, in the order one is picked by default
-SPLITS = ("target", "clients", "source_mean", "source_worst", "adapted")
+SPLITS = ("target", "clients", "source_mean", "source_worst", "adapted", "validation")
 #: which weights of a run a table reads (``--select``), and what a run without
 #: them was trained with
 SELECTS = ("last", "selected", "averaged")
@@ -113,6 +114,8 @@ def _split_metrics(ev: dict[str, Any], split: str) -> dict[str, Any] | None:
     ``evaluation.protocol: local``, the sources of one without source_eval)."""
     if split == "target":
         return dict(ev["target"]) if ev.get("target") else None
+    if split == "validation":  # the sources' validation slides (consortium mode)
+        return validation_split(ev)
     if split == "adapted":  # evaluation.adapt_bn: BatchNorm adapted to the target
         block = ev.get("adapted", {}).get("target")
         return dict(block) if block else None
@@ -149,7 +152,10 @@ def collect_rows(
     ``clients`` (each client's own test split, ``evaluation.protocol: local``: one
     row per client, so the table is clients x methods as in FedHD's) or
     ``adapted`` (the target with BatchNorm statistics re-estimated on its
-    unlabelled images: runs with ``evaluation.adapt_bn``).
+    unlabelled images: runs with ``evaluation.adapt_bn``) or ``validation``
+    (the mean over the clients of their validation metrics,
+    ``partition.validation`` > 0: all a consortium run, ``lodo.targets: none``
+    with ``evaluation.protocol: classifier``, has; its row is ``consortium``).
     ``select``: the ``last`` round's global model, the round ``selected`` on
     the sources' validation slides (``partition.validation`` > 0), or the
     ``averaged`` weights of the last rounds (``evaluation.swa_from``); the last
@@ -165,9 +171,10 @@ def collect_rows(
         raise ConfigError(
             f"split: expected {', '.join(map(repr, SPLITS))}, got {split!r}"
         )
-    if select != "last" and split not in ("target", "adapted"):
+    if select != "last" and split not in ("target", "adapted", "validation"):
         raise ConfigError(
-            f"--select {select}: only --split target (or adapted) has {select} "
+            f"--select {select}: only --split target (or adapted, validation) has "
+            f"{select} "
             f"metrics, got --split {split}"
         )
     rows = []
@@ -190,9 +197,10 @@ def collect_rows(
         else:
             metrics = _split_metrics(ev, split)
         if metrics is not None:
-            rows.append(
-                ResultRow(rec["method"], rec["target"], int(rec["seed"]), metrics)
-            )
+            # a consortium run (lodo.targets: none) holds nothing out: its row
+            # is the consortium's, scored on the hospitals' validation slides
+            target = "consortium" if rec["target"] == CONSORTIUM else rec["target"]
+            rows.append(ResultRow(rec["method"], target, int(rec["seed"]), metrics))
     where = ", ".join(map(str, paths))
     if not runs:
         raise ConfigError(f"no finished runs (directories with {FINAL}) under {where}")

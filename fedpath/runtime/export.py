@@ -72,8 +72,33 @@ def export_global(
             "round": rnd,
             "selection": which,
             **exported_decision(evaluation, which),
+            "validation": exported_validation(evaluation, which),
+            "expected": evaluator.expected,
         },
     )
+
+
+def exported_validation(evaluation: Mapping[str, Any], which: str) -> dict[str, Any]:
+    """The ``validation`` entry of a model file: the exported weights' (``which``:
+    ``last``, ``selected`` or ``averaged``) figures on the source validation
+    slides: the selection score, n, NLL and ECE before and after the
+    temperature, the operating point's rates; {} without validation."""
+    block = evaluation.get(which, {}) if which != "last" else evaluation
+    calibrated = block.get("calibrated", {}).get("validation")
+    if not isinstance(calibrated, Mapping):
+        return {}
+    score = block.get("validation")  # last: the round's block; else its value
+    if isinstance(score, Mapping):
+        score = score.get("value")
+    out = {
+        "metric": evaluation.get("validation", {}).get("metric"),
+        "value": score,
+        **calibrated,
+    }
+    op = block.get("operating_point", {})
+    if "validation" in op:
+        out["operating_point"] = op["validation"]
+    return out
 
 
 def export_clients(

@@ -57,6 +57,7 @@ from fedpath.evaluation.metrics import (
     classification_metrics,
     expected_calibration_error,
 )
+from fedpath.runtime.consortium import check_consortium_validation
 from fedpath.runtime.evaluate import Record, load_weights
 from fedpath.tasks import Task
 from fedpath.types import ArrayDict, Payload
@@ -103,6 +104,7 @@ class Selector:
             for c in sorted(clients, key=lambda c: c.client_id)
             if c.validation is not None and len(c.validation)
         }
+        check_consortium_validation(cfg, clients, self.splits)
         if not self.splits:
             raise ConfigError(
                 f"config key 'partition.validation': {cfg.partition.validation:g} "
@@ -195,12 +197,13 @@ class Selector:
         model: nn.Module,
         load: Callable[[ArrayDict], None],
         last: ArrayDict,
-        target: Split,
+        target: Split | None,
         predictions: Callable[[ArrayDict], ValidationPredictions],
     ) -> dict[str, Any]:
         """The last weights' ``calibrated`` (and ``operating_point``) blocks and
-        the ``selected`` block: the selected round's target metrics and its own
-        calibration and operating point. ``load`` puts weights into ``model``;
+        the ``selected`` block: the selected round's target metrics (none in
+        consortium mode, ``target`` None) and its own calibration and operating
+        point. ``load`` puts weights into ``model``;
         ``predictions`` gives the validation predictions of weights
         (:func:`validation_predictions`, or the nodes' over Flower)."""
         if self.best is None:
@@ -215,25 +218,28 @@ class Selector:
             "round": self.best.round,
             "metric": self.metric,
             "validation": self.best.value,
-            "target": task.evaluate(model, target),
+            **({} if target is None else {"target": task.evaluate(model, target)}),
             **self.decide(task, model, target, val),
         }
         return {**blocks, "selected": selected}
 
     def decide(
-        self, task: Task, model: nn.Module, target: Split, val: ValidationPredictions
+        self,
+        task: Task,
+        model: nn.Module,
+        target: Split | None,
+        val: ValidationPredictions,
     ) -> dict[str, Any]:
         """Temperature and operating point of ``model`` from its validation
-        predictions ``val``, applied to ``target``."""
+        predictions ``val``, applied to ``target`` (None: consortium mode, no
+        target block)."""
         if not val.clients:
             reasons = "; ".join(f"{c}: {r}" for c, r in val.left_out.items())
             log.warning("no calibration: no validation predictions (%s)", reasons)
             return {"calibration_skipped": reasons or "no validation slides"}
         labels, val_probs = val.labels, val.probs
-        target_probs = task.predict(model, target)
         t = fit_temperature(labels, val_probs)
         cal_val = apply_temperature(val_probs, t)
-        cal_target = apply_temperature(target_probs, t)
         validation: dict[str, Any] = {
             "n": int(labels.size),
             "nll_uncalibrated": nll(labels, val_probs),
@@ -244,16 +250,16 @@ class Selector:
         if val.left_out:
             validation["left_out"] = dict(val.left_out)
         out: dict[str, Any] = {
-            "calibrated": {
-                "temperature": t,
-                "validation": validation,
-                "target": {
-                    **classification_metrics(target.labels, cal_target),
-                    "nll": nll(target.labels, cal_target),
-                    "n": len(target),
-                },
-            }
+            "calibrated": {"temperature": t, "validation": validation}
         }
+        cal_target = None
+        if target is not None:
+            cal_target = apply_temperature(task.predict(model, target), t)
+            out["calibrated"]["target"] = {
+                **classification_metrics(target.labels, cal_target),
+                "nll": nll(target.labels, cal_target),
+                "n": len(target),
+            }
         if self.sensitivity is not None:
             if not (labels == 1).any():
                 raise RuntimeError(
@@ -268,8 +274,11 @@ class Selector:
                 "target_sensitivity": self.sensitivity,
                 "threshold": threshold,
                 "validation": threshold_metrics(labels, cal_val, threshold),
-                "target": threshold_metrics(target.labels, cal_target, threshold),
             }
+            if target is not None and cal_target is not None:
+                out["operating_point"]["target"] = threshold_metrics(
+                    target.labels, cal_target, threshold
+                )
         return out
 
 

@@ -75,3 +75,16 @@ def test_options_and_defaults() -> None:
     args = build_parser().parse_args(["evaluate", "m.fpm", "data.csv", "k=v"])
     assert (args.split, args.bootstrap, args.seed) == ("all", 1000, 0)
     assert args.overrides == ["k=v"] and not args.per_domain
+
+
+def test_expected_line_of_a_damaged_estimate_says_na_instead_of_failing() -> None:
+    from fedpath.commands.evaluate import expected_line
+
+    good = {"mean": 0.6, "min": 0.5, "max": 0.7, "hospitals": 4}
+    assert expected_line(good, {"balanced_accuracy": 0.75}) == (
+        "balanced_accuracy measured here 0.7500; expected at a new site from "
+        "leave-one-hospital-out: 0.6000 [0.5000, 0.7000] over 4 hospitals"
+    )
+    # the header's dict is typed as a dict only: its values may be anything
+    bad = expected_line({"mean": "x", "min": None}, {})
+    assert "n/a [n/a, n/a] over ? hospitals" in bad

@@ -62,3 +62,22 @@ def test_gradcam_panel_is_shaped_and_deterministic(suite_dir: Path) -> None:
     assert np.array_equal(p1.maps, p2.maps) and np.array_equal(p1.preds, p2.preds)
     assert p1.maps.min() >= 0.0 and p1.maps.max() == pytest.approx(1.0)
     assert (p1.labels == p1.preds)[: min(2, int((p1.labels == p1.preds).sum()))].all()
+
+
+def test_a_consortium_run_has_no_unseen_images_to_explain() -> None:
+    """Consortium mode holds no hospital out: Grad-CAM names why it is not
+    drawn (before: a tensor reshape error)."""
+    import torch
+
+    from fedpath.report.samples import Samples
+
+    samples = Samples(
+        torch.zeros(2, 3, 8, 8, dtype=torch.uint8),
+        np.array([0, 1]),
+        np.array(["a", "b"]),
+        np.array([False, False]),
+        ["normal", "tumour"],
+        "none",
+    )
+    with pytest.raises(ValueError, match="consortium run"):
+        cam_panel("fedavg", object(), samples, 2, 0)

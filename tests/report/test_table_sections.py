@@ -44,3 +44,31 @@ def test_one_table_per_metric_in_method_order(suite_dir: Path, tmp_path: Path) -
         else:
             assert f"<h3>{heading}</h3>" in html
     assert b.info.figures == [] and b.info.skipped == []
+
+
+def test_a_consortium_run_is_tabulated_on_its_validation_slides(
+    tmp_path: Path,
+) -> None:
+    """A consortium run (lodo.targets: none, docs/ship.md) has no unseen domain:
+    its tables are the hospitals' validation figures (before: the report
+    stopped, no run had target metrics)."""
+    from fedpath.config import load_config
+    from fedpath.runtime.experiment import run_experiment
+    from tests.conftest import tiny_overrides
+
+    cfg = load_config(
+        None,
+        tiny_overrides(
+            tmp_path / "runs",
+            "lodo.targets=none",
+            "partition.validation=0.3",
+            "train.rounds=1",
+        ),
+    )
+    run_experiment(cfg)
+    (exp,) = find_experiments([tmp_path / "runs"])
+    b = _builder(tmp_path)
+    tables(b, exp)
+    html = "".join(b.body)
+    assert "balanced_accuracy (%) on the hospitals&#x27; validation slides" in html
+    assert "(consortium)" in html

@@ -133,7 +133,7 @@ def test_collect_rows_names_what_is_wrong(tmp_path: Path) -> None:
         collect_rows([tmp_path], select="best")
     with pytest.raises(ConfigError, match="split: expected 'target', 'clients'"):
         collect_rows([tmp_path], split="test")
-    with pytest.raises(ConfigError, match="only --split target .or adapted. has"):
+    with pytest.raises(ConfigError, match="only --split target .or adapted, valid"):
         collect_rows([tmp_path], "source_mean", "selected")
     with pytest.raises(ConfigError, match="no finished runs"):
         collect_rows([tmp_path])

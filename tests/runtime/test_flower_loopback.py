@@ -654,3 +654,32 @@ def test_unregistered_node_is_refused(secure: Federation) -> None:
     )
     listed = flwr_cli.flwr(["supernode", "ls", "test", "--format", "json"], secure.home)
     assert listed.stdout.count('"node-id"') == 2, listed.stdout
+
+
+def test_consortium_model_over_flower_equals_in_process(
+    tmp_path: Path, task_identity: None
+) -> None:
+    """Consortium mode (every hospital trains, docs/ship.md): the model file
+    trained over the loopback grid, the validation slides on the nodes, holds
+    the same weights, temperature, threshold and validation figures as the
+    in-process one."""
+    from fedpath.artifact import read_model_file
+
+    extra = ("lodo.targets=none", *VALIDATE, "runtime.export=selected")
+    ref = in_process(tmp_path, *extra)
+    cfg = config(tmp_path / "flower", *extra)
+    ids = ("hospital_0/c0", "hospital_1/c0", "hospital_2/c0")
+    every = {c.split("/")[0]: SHARE for c in ids}
+    run_over_grid(cfg, nodes_for(*ids, **every))
+    a, wa = read_model_file(run_dir_for(cfg, "none", 0) / "model.fpm")
+    b, wb = read_model_file(run_dir_for(ref, "none", 0) / "model.fpm")
+    assert list(wa) == list(wb)
+    for k in wb:
+        assert torch.equal(wa[k], wb[k]), k
+    assert b.temperature is not None and b.threshold is not None
+    assert (a.temperature, a.threshold, a.round) == (
+        b.temperature,
+        b.threshold,
+        b.round,
+    )
+    assert a.validation == b.validation and a.trained_on == b.trained_on

@@ -1,0 +1,195 @@
+"""Consortium mode: ``lodo.targets: none`` with ``partition.validation`` > 0.
+
+Every hospital trains and none is held out, so the model a consortium ships is
+judged on the hospitals' validation slides only: the round is chosen there, the
+temperature and the operating point are fitted there
+(:mod:`fedpath.runtime.selection`), and ``final.json`` has no target block. This
+module holds the checks of that mode's input and of the operating point's class,
+and the ``validation`` split that ``fedpath table`` shows for such runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedpath.config import RUN_LOCAL_KEYS, ConfigError, ExperimentConfig, load_config
+from fedpath.data.base import Split
+from fedpath.data.partition import ClientData
+from fedpath.runtime.persistence import FINAL
+from fedpath.runtime.records import read_final
+from fedpath.tasks import Task
+
+#: the target name of a consortium run (its folder, its rows in tables)
+CONSORTIUM = "none"
+
+
+def check_consortium_validation(
+    cfg: ExperimentConfig,
+    clients: Sequence[ClientData],
+    splits: Mapping[str, Split],
+) -> None:
+    """Consortium mode (``lodo.targets: none``): every hospital must hold
+    validation slides, else its data would enter no choice of the shipped model
+    and its validation figures would be missing without a word."""
+    if cfg.lodo.targets != "none":
+        return
+    have = {c.domain for c in clients if c.client_id in splits}
+    missing = sorted({c.domain for c in clients} - have)
+    if missing:
+        raise ConfigError(
+            f"config key 'partition.validation': {cfg.partition.validation:g} "
+            f"leaves {', '.join(map(repr, missing))} without a "
+            "validation slide (a hospital needs two or more training slides, one "
+            "held out: give it more slides, or per-image slide ids)"
+        )
+
+
+def check_positive_class(cfg: ExperimentConfig, task: Task) -> None:
+    """``evaluation.positive_class`` must be a class of the model, and the one
+    whose probability the operating point thresholds (the second listed)."""
+    name = cfg.evaluation.positive_class
+    if name is None:
+        return
+    classes = list(task.classes)
+    listed = ", ".join(map(repr, classes))
+    if name not in classes:
+        raise ConfigError(
+            f"config key 'evaluation.positive_class': {name!r} is not a class of "
+            f"the model (its classes: {listed}); expected one of them"
+        )
+    if len(classes) == 2 and classes.index(name) != 1:
+        raise ConfigError(
+            f"config key 'evaluation.positive_class': {name!r} is listed first "
+            f"(classes: {listed}); the operating point thresholds the second "
+            "class's probability: list the classes with it second"
+        )
+
+
+def validation_split(ev: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The metrics ``fedpath table --split validation`` shows for a run's final
+    ``evaluation`` (or its ``selected`` / ``averaged`` block): the mean over the
+    clients of their validation metrics (None: the run scored no validation)."""
+    block = ev.get("validation")
+    if not isinstance(block, Mapping) or not block.get("clients"):
+        clients = None
+    else:
+        clients = [m for m in block["clients"].values() if isinstance(m, Mapping)]
+    if not clients:
+        # a selected block carries only its validation score
+        if isinstance(block, (int, float)) and "metric" in ev:
+            return {str(ev["metric"]): float(block)}
+        return None
+    keys = [
+        k
+        for k, v in clients[0].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "n"
+    ]
+    out: dict[str, Any] = {
+        k: float(sum(m[k] for m in clients) / len(clients))
+        for k in keys
+        if all(k in m for m in clients)
+    }
+    out["n"] = int(sum(int(m.get("n", 0)) for m in clients))
+    return out
+
+
+#: config keys that may differ between a consortium run and the leave-one-out
+#: runs of its recipe (where and under which name they ran, and what is held out)
+NOT_RECIPE = (*RUN_LOCAL_KEYS, "name", "seeds", "lodo", "evaluation.expected")
+
+
+def recipe(cfg: ExperimentConfig) -> dict[str, Any]:
+    """``cfg`` flattened to dotted keys, without :data:`NOT_RECIPE`."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            dotted = f"{prefix}{key}"
+            if any(dotted == k or dotted.startswith(f"{k}.") for k in NOT_RECIPE):
+                continue
+            if isinstance(value, Mapping) and value:
+                walk(value, f"{dotted}.")
+            else:
+                flat[dotted] = value
+
+    walk(cfg.to_dict(), "")
+    return flat
+
+
+def expected_estimate(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The ``expected`` entry of a consortium model file: the leave-one-hospital
+    -out runs under ``evaluation.expected`` (run folders, or folders above them)
+    of the same recipe, their balanced accuracy per held-out hospital (mean over
+    seeds, of the weights ``runtime.export`` exports), its mean, min and max;
+    {} without the key. A run of another recipe, a consortium run, or a folder
+    without finished runs is a :class:`ConfigError` naming the key."""
+    if not cfg.evaluation.expected:
+        return {}
+    key = "config key 'evaluation.expected'"
+    if cfg.lodo.targets != CONSORTIUM:
+        raise ConfigError(
+            f"{key}: only for a consortium run (lodo.targets: none); this run "
+            f"holds out {cfg.lodo.targets!r}"
+        )
+    which, mine = cfg.runtime.export, recipe(cfg)
+    per: dict[str, list[float]] = {}
+    hashes, seeds = set(), set()
+    for run in _finished(cfg.evaluation.expected, key):
+        other = load_config(run / "config.yaml")
+        theirs = recipe(other)
+        diff = sorted(
+            k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)
+        )
+        if diff:
+            raise ConfigError(
+                f"{key}: run {str(run)!r} is another recipe (differs in "
+                f"{', '.join(diff[:5])}); expected the leave-one-out runs of this "
+                "config (only lodo, name and seeds may differ)"
+            )
+        rec = read_final(run)
+        if rec["target"] == CONSORTIUM:
+            raise ConfigError(
+                f"{key}: run {str(run)!r} is a consortium run (nothing held out); "
+                "expected leave-one-hospital-out runs"
+            )
+        ev = rec["evaluation"]
+        block = ev if which == "last" else ev.get(which, {})
+        value = block.get("target", {}).get("balanced_accuracy")
+        if not isinstance(value, (int, float)):
+            raise ConfigError(
+                f"{key}: run {str(run)!r} has no balanced accuracy of its "
+                f"{which!r} weights on its held-out hospital"
+            )
+        per.setdefault(rec["target"], []).append(float(value))
+        hashes.add(other.hash())
+        seeds.add(int(rec["seed"]))
+    means = {t: sum(v) / len(v) for t, v in sorted(per.items())}
+    return {
+        "metric": "balanced_accuracy",
+        "weights": which,
+        "per_hospital": means,
+        "mean": sum(means.values()) / len(means),
+        "min": min(means.values()),
+        "max": max(means.values()),
+        "hospitals": len(means),
+        "seeds": sorted(seeds),
+        "config_hash": sorted(hashes),
+    }
+
+
+def _finished(paths: Sequence[str], key: str) -> list[Path]:
+    """The finished run folders (with ``final.json``) under ``paths``."""
+    runs: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_dir():
+            raise ConfigError(f"{key}: {raw!r} is not a folder")
+        runs.extend(sorted(f.parent for f in p.rglob(FINAL)))
+    if not runs:
+        raise ConfigError(
+            f"{key}: no finished runs (folders with {FINAL}) under "
+            f"{', '.join(map(repr, paths))}"
+        )
+    return runs

@@ -187,7 +187,9 @@ def _verdict(
     head = f"not separated at this power: the interval is +-{half:.2f} points"
     if not target or not math.isfinite(sd):
         return head
-    more = max(units_for_half_width(sd, target) - d.size, 1)
+    more = units_for_half_width(sd, target) - d.size
+    if more <= 0:  # already resolved: whatever the difference is, it is smaller
+        return f"{head}, so any difference is smaller than that"
     tail = f"; about {more} more units would resolve a difference of {target:.2f}"
     if not effect and observed < MIN_EFFECT:
         tail += f" (the observed {observed:.2f} is smaller)"

@@ -105,6 +105,18 @@ def test_noisy_difference_is_not_separated_and_says_how_many_more() -> None:
     assert "points [" in c.line() and "sign-flip permutation" in c.line()
 
 
+def test_a_difference_inside_a_narrow_interval_says_it_is_small() -> None:
+    # 20 units agreeing within a fraction of a point: 1 point is already resolved
+    base = {(f"h{i}", 0): 0.60 + 0.01 * i for i in range(20)}
+    meth = {
+        k: v + (0.001 if i % 2 else -0.002) for i, (k, v) in enumerate(base.items())
+    }
+    c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
+    assert c.verdict.startswith("not separated at this power: the interval is +-")
+    assert c.verdict.endswith(", so any difference is smaller than that")
+    assert "more units" not in c.verdict
+
+
 def test_a_tiny_difference_is_asked_about_one_point_not_itself() -> None:
     # resolving an observed 0.1 points would take thousands of units: the power
     # statement is about MIN_EFFECT (1 point) and says the observed is smaller

@@ -215,10 +215,27 @@ UNCHECKED = (
 )
 
 
-def _stop_on_signal(signum: int, _frame: Any) -> None:
-    """Until Flower installs its own handlers: exit through ``finally`` blocks
-    (the worker is stopped and its socket files removed)."""
-    raise SystemExit(128 + signum)
+class EarlyStop:
+    """The node's SIGTERM/SIGINT handler until Flower installs its own (then the
+    SuperNode stops gracefully and runs the supervisor's ``stop``): stop the
+    worker, remove its socket files and exit at once with 128 + the signal.
+
+    Raising ``SystemExit`` instead is not enough: by the time Flower installs its
+    handlers it has started its Runtime API server on a non-daemon thread, and a
+    process whose main thread exits early waits for that thread forever.
+    """
+
+    def __init__(self) -> None:
+        self.supervisor: WorkerSupervisor | None = None
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        log.info("fedpath: stopped by signal %d before the SuperNode was up", signum)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,12 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.socket is not None and (why := worker_refusal(args.socket)) is not None:
         log.error("%s; the node does not start", why)
         return 2
+    early = EarlyStop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _stop_on_signal)
+        signal.signal(sig, early)
     supervisor = None
     try:
         if args.socket is not None:
-            supervisor = WorkerSupervisor(args.socket, args.worker_log).start()
+            supervisor = early.supervisor = WorkerSupervisor(
+                args.socket, args.worker_log
+            )
+            supervisor.start()
             if not supervisor.wait_ready(120) and supervisor.fatal is None:
                 log.warning("fedpath worker not listening after 120 s; starting anyway")
         return _run_flower(argv[split + 1 :], supervisor)

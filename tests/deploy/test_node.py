@@ -107,6 +107,36 @@ def test_the_node_refuses_to_run_apps_unchecked_on_another_flower(
     assert "app approval is written for Flower 1.42.x, found 1.43.0" in node_log.text
 
 
+_EARLY_STOP = """
+import os, signal, sys, threading, time
+from fedpath.deploy import node
+
+class Supervisor:
+    def stop(self):
+        open(sys.argv[1], "w").write("stopped")
+
+early = node.EarlyStop()
+early.supervisor = Supervisor()
+signal.signal(signal.SIGTERM, early)
+# what Flower has running before it installs its own handlers: a non-daemon
+# thread (its Runtime API server) that a plain SystemExit would wait for forever
+threading.Thread(target=time.sleep, args=(3600,)).start()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(3600)
+"""
+
+
+def test_a_signal_before_flower_is_up_stops_the_worker_and_exits_at_once(
+    tmp_path: Path,
+) -> None:
+    mark = tmp_path / "stopped"
+    proc = subprocess.run(
+        [sys.executable, "-c", _EARLY_STOP, str(mark)], timeout=60, capture_output=True
+    )
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr.decode()
+    assert mark.read_text() == "stopped"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_removes_the_nodes_socket_and_key(tmp_path: Path, sig: int) -> None:

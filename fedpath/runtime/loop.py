@@ -290,7 +290,7 @@ class Run:
 
     def _restore(self) -> int:
         """Load the checkpoint if any; return the last completed round (0: none)."""
-        ckpt = load_checkpoint(self.run_dir, self.config_hash)
+        ckpt = load_checkpoint(self.run_dir, self.config_hash, self.cfg)
         if ckpt is None:
             return 0
         self.server.load_state(ckpt.server)

@@ -28,6 +28,7 @@ import torch
 
 from fedpath.errors import ConfigError, DataError, ResumeError, RunError
 from fedpath.runtime.records import read_final
+from fedpath.runtime.same_config import check_same_config, only_added_at_default
 from fedpath.types import ClientState, Payload, payload_from_tree, payload_to_tree
 from fedpath.utils.io import (
     atomic_write_bytes,
@@ -36,7 +37,6 @@ from fedpath.utils.io import (
     make_folder,
     read_json_lines,
 )
-from fedpath.utils.yaml_io import read_yaml_mapping
 
 log = logging.getLogger("fedpath")
 
@@ -164,9 +164,13 @@ def tree_digest(tree: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
-def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
+def load_checkpoint(
+    run_dir: Path, config_hash: str, cfg: ExperimentConfig | None = None
+) -> Checkpoint | None:
     """The run's checkpoint, with later records dropped; None (and no records) if
-    there is none. :class:`ResumeError` if it is unreadable or from another config."""
+    there is none. :class:`ResumeError` if it is unreadable or from another config
+    (with ``cfg``, options added since at their defaults do not count, as in
+    :func:`check_same_config`)."""
     path = run_dir / CHECKPOINT
     if not path.is_file():
         (run_dir / RESULTS).unlink(missing_ok=True)
@@ -194,7 +198,9 @@ def load_checkpoint(run_dir: Path, config_hash: str) -> Checkpoint | None:
             f"checkpoint {path} is corrupted (its digest does not match its "
             "contents); delete it to start the run afresh"
         )
-    if raw.get("config_hash") != config_hash:
+    if raw.get("config_hash") != config_hash and not (
+        cfg is not None and only_added_at_default(run_dir, cfg)
+    ):
         raise ResumeError(
             f"{path} was written by a different config (hash "
             f"{raw.get('config_hash')} != {config_hash}); resume with the "
@@ -307,58 +313,6 @@ def finished_record(
         ) from None
     check_same_config(run_dir, record, cfg, config_hash)
     return record
-
-
-def check_same_config(
-    run_dir: Path, final: Mapping[str, Any], cfg: ExperimentConfig, config_hash: str
-) -> None:
-    """Refuse to hand back a finished run's results for a changed config
-    (``config_hash``: the hash of ``cfg``).
-
-    ``--resume`` skips finished runs; if the config changed since, their results
-    would be returned as the new config's. The differing keys are named (from the
-    run's ``config.yaml``).
-    """
-    if final.get("config_hash") == config_hash:
-        return
-    keys = _differing_keys(run_dir / "config.yaml", cfg)
-    shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
-    raise ResumeError(
-        f"{run_dir} finished with another config (differing keys: "
-        f"{shown or 'unknown'}); --resume would return its old results: run "
-        "without --resume to redo it, or choose another name/output_dir"
-    )
-
-
-def _differing_keys(saved: Path, cfg: ExperimentConfig) -> list[str]:
-    """The keys where ``cfg`` differs from the run's saved config (none when it
-    is missing or unreadable: then the keys cannot be named, with a warning)."""
-    if not saved.is_file():
-        return []
-    try:
-        old = _flat(read_yaml_mapping(saved, "the run's saved config"))
-    except ConfigError as err:
-        log.warning("%s", err)
-        return []
-    new = _flat(cfg.to_dict())
-    from fedpath.config import RUN_LOCAL_KEYS
-
-    return sorted(
-        k
-        for k in old.keys() | new.keys()
-        if old.get(k) != new.get(k) and k not in RUN_LOCAL_KEYS
-    )
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def truncate_results(path: Path, last_round: int) -> None:

@@ -38,9 +38,9 @@ import numpy as np
 import torch
 import yaml
 
-from fedpath.artifact import load_model
 from fedpath.config import build_config
 from fedpath.evaluation.metrics import classification_metrics
+from fedpath.loading import load_model
 from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks.adapt import adapt_on_split, adaptation_split
 from fedpath.tasks.images import predict_probs

@@ -1,4 +1,4 @@
-"""Image model files, and the one loader of model files of every kind.
+"""Image model files.
 
 A hospital that never took part in the federation gets one file and fedpath
 (the container: :mod:`fedpath.model_file`). An image model's file holds the
@@ -13,9 +13,10 @@ point, both fitted on the sources' validation slides
 The same container holds MIL models of slide bags (``kind: "mil"`` in the header;
 a file without ``kind`` is an image model, as every older file is): a run with
 ``evaluation.protocol: local`` on bags writes each client's deployed model as
-``models/<client>.fpm`` (:mod:`fedpath.mil.export`). :func:`load_model` reads
-either kind, by the file's header (:data:`KINDS`); :func:`load_mil_model` and
-:func:`read_model_file` read one kind and name :func:`load_model` for the other.
+``models/<client>.fpm`` (:mod:`fedpath.mil.export`); and ensembles of image
+models (``kind: "ensemble"``, :mod:`fedpath.ensemble`).
+:func:`fedpath.loading.load_model` reads every kind, by the file's header;
+:func:`read_model_file` reads an image model and names it for the others.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedpath.config import ModelConfig
 from fedpath.errors import ArtifactError
-from fedpath.mil.export import LoadedMILModel, MILModelMeta
 from fedpath.model_file import (
     CLASS_NAMES,
     FORMAT,
@@ -43,7 +44,7 @@ from fedpath.model_file import (
     read_container,
     write_container,
 )
-from fedpath.models.backbones import FedModel, build_model
+from fedpath.models.backbones import build_model
 from fedpath.models.tta import dihedral_views
 from fedpath.schema import Check, Checked, Ge, Gt, Probability
 from fedpath.version import __version__
@@ -143,7 +144,7 @@ class ModelMeta(Checked):
         return len(self.class_names)
 
 
-def save_model(path: Path, model: FedModel, meta: ModelMeta) -> Path:
+def save_model(path: Path, model: nn.Module, meta: ModelMeta) -> Path:
     """Write ``model``'s weights and ``meta`` to ``path`` atomically."""
     return write_container(path, asdict(meta), model)
 
@@ -156,11 +157,12 @@ def read_model_file(path: Path) -> tuple[ModelMeta, dict[str, torch.Tensor]]:
 
 def _image_meta(header: Mapping[str, Any], path: Path) -> ModelMeta:
     """The :class:`ModelMeta` of a verified header; a MIL model's is refused."""
-    if model_kind(header) != "image":
+    kind = model_kind(header)
+    if kind != "image":
+        what = {"mil": "a mil model (slide bags, not images)"}.get(kind, f"an {kind}")
         raise ArtifactError(
-            f"model file {str(path)!r} holds a {model_kind(header)} model (slide "
-            "bags, not images); load it with fedpath.load_model, or use it with "
-            "`fedpath evaluate` / `fedpath predict`"
+            f"model file {str(path)!r} holds {what}; load it with "
+            "fedpath.load_model, or use it with `fedpath evaluate` / `fedpath predict`"
         )
     return header_fields(ModelMeta, header, str(path))
 
@@ -189,7 +191,7 @@ class LoadedModel(LoadedFile[ModelMeta]):
                 f"model file {str(path)!r}: tta must be 'none' or 'dihedral', got "
                 f"{meta.tta!r} (a newer fedpath wrote it?)"
             )
-        self.model = self._fit(
+        self.model: nn.Module = self._fit(
             lambda: build_model(
                 ModelConfig(backbone=meta.backbone, params=meta.backbone_params),
                 meta.num_classes,
@@ -261,46 +263,3 @@ class LoadedModel(LoadedFile[ModelMeta]):
         if not out:
             return np.zeros((0, self.meta.num_classes))
         return self.calibrate(torch.cat(out).numpy())
-
-
-#: the loaded model of each kind of file (the header's ``kind``, :func:`model_kind`)
-KINDS: dict[str, type[LoadedModel] | type[LoadedMILModel]] = {
-    LoadedModel.kind: LoadedModel,
-    LoadedMILModel.kind: LoadedMILModel,
-}
-
-
-def load_model(path: str | Path) -> LoadedModel | LoadedMILModel:
-    """Load and verify a model file written by a fedpath run: an image model
-    (``model.fpm``, :class:`LoadedModel`) or a MIL model of slide bags
-    (``models/<client>.fpm``, ``kind: mil``,
-    :class:`~fedpath.mil.export.LoadedMILModel`), by its header.
-
-    Both give ``class_names``, ``predict_proba``, ``calibrate``, ``decide`` and
-    ``predict`` (:class:`fedpath.model_file.LoadedFile`); an image model's
-    inputs are images, a MIL model's a list of bags."""
-    p = Path(path)
-    header, weights = read_container(p)
-    kind = header.get("kind") or "image"
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise ArtifactError(
-            f"model file {str(p)!r} holds a model of kind {kind!r}; this fedpath "
-            f"{__version__} reads {', '.join(KINDS)}"
-        )
-    if kind == LoadedMILModel.kind:  # types checked here; its own reader builds it
-        header_fields(MILModelMeta, header, str(p))
-    return KINDS[kind].from_container(header, weights, p)
-
-
-def load_mil_model(path: str | Path) -> LoadedMILModel:
-    """:func:`load_model` of a MIL model file (``models/<client>.fpm`` of a run
-    with ``evaluation.protocol: local`` on slide bags): its ``predict_proba``
-    takes a list of bags. An image model file is refused, naming
-    :func:`load_model`."""
-    model = load_model(path)
-    if not isinstance(model, LoadedMILModel):
-        raise ArtifactError(
-            f"model file {str(path)!r} holds an {model.kind} model, not a MIL model "
-            "of slide bags; load it with fedpath.load_model"
-        )
-    return model

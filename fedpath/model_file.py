@@ -26,7 +26,7 @@ atomic.
 
 :class:`LoadedFile` is what every kind of loaded model shares: its metadata and
 file, its classes, the temperature that scales its probabilities and the
-operating point that turns them into decisions. :func:`fedpath.artifact.load_model`
+operating point that turns them into decisions. :func:`fedpath.loading.load_model`
 returns the right kind for a file's header.
 """
 

@@ -14,16 +14,11 @@ import pytest
 import torch
 from PIL import Image
 
-from fedpath.artifact import (
-    ArtifactError,
-    ModelMeta,
-    load_model,
-    read_model_file,
-    save_model,
-)
+from fedpath.artifact import ArtifactError, ModelMeta, read_model_file, save_model
 from fedpath.cli import main
 from fedpath.config import load_config
 from fedpath.evaluation.calibration import apply_temperature
+from fedpath.loading import load_model
 from fedpath.model_file import MAGIC
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from tests.conftest import tiny_overrides

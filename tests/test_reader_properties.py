@@ -226,7 +226,8 @@ def model_blob(folder: Path) -> bytes:
 
 
 def _load(path: Path) -> Any:
-    from fedpath.artifact import LoadedModel, load_model
+    from fedpath.artifact import LoadedModel
+    from fedpath.loading import load_model
     from fedpath.mil.export import LoadedMILModel
 
     got = outcome(lambda: load_model(path))

@@ -101,8 +101,9 @@ def _add_scoring(ev: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Score the model on the data, print the reports, write ``--out``."""
-    from fedpath.artifact import LoadedModel, load_model
+    from fedpath.artifact import LoadedModel
     from fedpath.inference import evaluate, open_data, parse_class_map
+    from fedpath.loading import load_model
     from fedpath.utils.io import atomic_write_text, check_output_file, dumps_json
 
     if args.out:

@@ -91,8 +91,9 @@ def _bar_step(
 
 def run_predict(args: argparse.Namespace) -> int:
     """Write the predictions CSV; report how many and what was skipped."""
-    from fedpath.artifact import LoadedModel, load_model
+    from fedpath.artifact import LoadedModel
     from fedpath.inference import predict_bags, predict_files
+    from fedpath.loading import load_model
     from fedpath.utils.io import check_output_file
 
     quiet = is_quiet(args)
@@ -122,8 +123,8 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def run_adapt_bn(args: argparse.Namespace) -> int:
     """Write the model with its BatchNorm statistics re-estimated on the images."""
-    from fedpath.artifact import load_model
     from fedpath.inference import adapt_model_file
+    from fedpath.loading import load_model
     from fedpath.utils.io import check_output_file
 
     quiet = is_quiet(args)

@@ -25,7 +25,7 @@ from fedpath.inference.classes import renamed, resolve_classes
 from fedpath.inference.images import image_dataset, open_image_files
 from fedpath.mil.export import LoadedMILModel
 
-#: a model file of either kind (:func:`fedpath.artifact.load_model`)
+#: a model file of either kind (:func:`fedpath.loading.load_model`)
 AnyModel = LoadedModel | LoadedMILModel
 
 #: the parts of a dataset ``evaluate --split`` scores

@@ -120,7 +120,7 @@ def data_figures(b: Builder, exp: Experiment) -> None:
 
 
 def model_figures(b: Builder, exp: Experiment) -> None:
-    from fedpath.artifact import load_model
+    from fedpath.loading import load_model
     from fedpath.report.fig_gradcam import cam_panel, plot_gradcam
     from fedpath.report.fig_tsne import embed, plot_tsne
     from fedpath.report.samples import run_samples

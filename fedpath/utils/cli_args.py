@@ -48,6 +48,18 @@ def positive_number(text: str) -> float:
     return value
 
 
+def open_probability(text: str) -> float:
+    """An argparse ``type``: a number strictly between 0 and 1 (an operating
+    point)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
 def add_overrides(
     parser: argparse.ArgumentParser,
     help: str | None = None,

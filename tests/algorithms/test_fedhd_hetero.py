@@ -13,10 +13,10 @@ import torch
 from fedpath.algorithms.fedhd import FedHDClient, FedHDParams, FedHDServer
 from fedpath.algorithms.mil_common import arrays_to_spaced, bags_to_arrays
 from fedpath.algorithms.mil_spaces import ADAPTERS
-from fedpath.artifact import load_mil_model
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.bags import split_bags
 from fedpath.evaluation.metrics import classification_metrics
+from fedpath.loading import load_mil_model
 from fedpath.mil.adapters import AdaptedMIL, space_key
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.export import client_file

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fedpath.artifact import LoadedModel, load_model
+from fedpath.artifact import LoadedModel
 from fedpath.cli import main
 from fedpath.config import load_config
 from fedpath.errors import ConfigError, DataError
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.inference import evaluate, open_data, parse_class_map
+from fedpath.loading import load_model
 from fedpath.model_file import MAGIC
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from tests.conftest import tiny_overrides

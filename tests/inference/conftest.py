@@ -10,8 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from fedpath.artifact import LoadedModel, ModelMeta, load_model, save_model
+from fedpath.artifact import LoadedModel, ModelMeta, save_model
 from fedpath.config import ModelConfig
+from fedpath.loading import load_model
 from fedpath.mil.export import LoadedMILModel, MILModelMeta
 from fedpath.mil.models import build_mil_model
 from fedpath.model_file import write_container

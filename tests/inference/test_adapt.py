@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedpath.artifact import LoadedModel, load_model
+from fedpath.artifact import LoadedModel
 from fedpath.data.base import DataError
 from fedpath.errors import ArtifactError
 from fedpath.inference.adapt import adapt_model_file
+from fedpath.loading import load_model
 from fedpath.mil.export import LoadedMILModel
 from tests.inference.conftest import write_images
 

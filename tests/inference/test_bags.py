@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedpath.artifact import load_mil_model
 from fedpath.config import DataConfig
 from fedpath.data.base import DataError
 from fedpath.inference.bags import BagReader, bag_dataset, open_bag_files
+from fedpath.loading import load_mil_model
 from fedpath.mil.export import LoadedMILModel
 from tests.inference.conftest import DIM, mil_model_file, write_bags
 

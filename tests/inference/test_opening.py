@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fedpath.artifact import LoadedModel, load_model
+from fedpath.artifact import LoadedModel
 from fedpath.errors import ConfigError, DataError
 from fedpath.inference.opening import check_split, open_data
+from fedpath.loading import load_model
 from fedpath.mil.export import LoadedMILModel
 from tests.inference.conftest import (
     DIM,

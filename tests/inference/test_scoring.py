@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedpath.artifact import LoadedModel, load_model
+from fedpath.artifact import LoadedModel
 from fedpath.data.bags import split_bags
 from fedpath.errors import ConfigError, DataError
 from fedpath.evaluation.metrics import confusion_matrix, metrics_with_confusion
 from fedpath.inference.opening import open_data
 from fedpath.inference.scoring import evaluate
+from fedpath.loading import load_model
 from fedpath.mil.export import LoadedMILModel
 from tests.inference.conftest import image_model_file, write_bags, write_images
 

@@ -17,8 +17,6 @@ from fedpath.artifact import (
     ArtifactError,
     LoadedModel,
     ModelMeta,
-    load_mil_model,
-    load_model,
     read_model_file,
     save_model,
 )
@@ -26,6 +24,7 @@ from fedpath.cli import main
 from fedpath.config import DataConfig, ExperimentConfig, ModelConfig, load_config
 from fedpath.data.base import DataError
 from fedpath.inference import open_data
+from fedpath.loading import load_mil_model, load_model
 from fedpath.mil.bags import SlideBag
 from fedpath.mil.export import (
     LoadedMILModel,

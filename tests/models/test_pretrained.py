@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from fedpath.artifact import ModelMeta, load_model, read_model_file, save_model
+from fedpath.artifact import ModelMeta, read_model_file, save_model
 from fedpath.config import ConfigError, ModelConfig, load_config
+from fedpath.loading import load_model
 from fedpath.model_file import MAGIC
 from fedpath.models import efficientnet_lite as lite
 from fedpath.models.backbones import FedModel, build_model

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpath.artifact import load_model
+from fedpath.loading import load_model
 from fedpath.report.fig_gradcam import cam_panel, gradcam, last_conv
 from fedpath.report.runs import find_experiments
 from fedpath.report.samples import run_samples

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedpath.artifact import load_model
+from fedpath.loading import load_model
 from fedpath.report.fig_tsne import embed
 from fedpath.report.runs import find_experiments
 from fedpath.report.samples import run_samples

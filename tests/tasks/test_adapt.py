@@ -13,10 +13,11 @@ import torch
 from PIL import Image
 from torch import nn
 
-from fedpath.artifact import load_model, read_model_file
+from fedpath.artifact import read_model_file
 from fedpath.cli import main
 from fedpath.config import ConfigError, load_config
 from fedpath.evaluation.metrics import classification_metrics
+from fedpath.loading import load_model
 from fedpath.runtime.experiment import (
     collect_rows,
     load_dataset,

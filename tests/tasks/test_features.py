@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedpath.artifact import load_model
 from fedpath.config import ConfigError, TrainConfig, load_config
 from fedpath.data.base import DataError, Split, TensorStore
 from fedpath.data.features import FEATURES, FeatureStore
 from fedpath.data.files import FileStore
+from fedpath.loading import load_model
 from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset, run_experiment
 from fedpath.tasks import FeatureTask, TaskMismatch, make_task, prepare_dataset

@@ -14,10 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedpath.artifact import ArtifactError, load_model, read_model_file
+from fedpath.artifact import ArtifactError, read_model_file
 from fedpath.cli import main
 from fedpath.config import ConfigError, load_config
 from fedpath.data.base import Split, TensorStore
+from fedpath.loading import load_model
 from fedpath.models.tta import dihedral_views
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from fedpath.tasks import ImageTask, make_task

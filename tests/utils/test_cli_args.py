@@ -14,6 +14,7 @@ from fedpath.utils.cli_args import (
     int_at_least,
     is_override,
     is_quiet,
+    open_probability,
     parse_args_overrides_anywhere,
     positive_number,
 )
@@ -103,3 +104,10 @@ def test_positive_number_refuses_zero_negative_nan_and_infinity() -> None:
     for bad in ("0", "-1", "nan", "inf", "x"):
         with pytest.raises(argparse.ArgumentTypeError, match="a finite number > 0"):
             positive_number(bad)
+
+
+def test_open_probability_takes_only_numbers_strictly_between_0_and_1() -> None:
+    assert open_probability("0.25") == 0.25
+    for bad in ("0", "1", "-0.5", "1.5", "nan", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"a number in \(0, 1\)"):
+            open_probability(bad)

@@ -134,6 +134,10 @@ class TrainConfig(Checked):
     the rest on its output: the same model, a fraction of the compute. With
     ``augment: dihedral`` the output of all 8 views of every image is cached
     and each epoch picks one per image, as the pixel path would.
+    ``soft_labels``: ``agreement`` trains the supervised loss against each
+    sample's share of annotators agreeing with its label
+    (``data.params.agreement``, :mod:`fedpath.losses.soft_targets`); ``none``:
+    the labels as given.
     """
 
     config_section = "train"
@@ -161,6 +165,7 @@ class TrainConfig(Checked):
     bn: Literal["train", "frozen"] = "train"
     augment: Literal["none", "dihedral", "dihedral_jitter"] = "none"
     cache_features: bool = False
+    soft_labels: Literal["none", "agreement"] = "none"
 
     def validate(self) -> None:
         require(

@@ -34,8 +34,8 @@ from torch import nn
 from fedpath.algorithms.names import LOCAL, WEIGHTS
 from fedpath.config import TrainConfig
 from fedpath.data.base import Split
-from fedpath.errors import FedpathError
-from fedpath.losses import weighted_cross_entropy
+from fedpath.errors import ConfigError, FedpathError
+from fedpath.losses import soft_targets, weighted_cross_entropy
 from fedpath.params.algorithms import AlgorithmParams  # noqa: F401  (its old home)
 from fedpath.registry import ALGORITHMS
 from fedpath.tasks.base import Task
@@ -129,8 +129,19 @@ class ClientContext:
 
     def cross_entropy(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The classification loss of every supervised method
-        (``train.class_weights``)."""
+        (``train.class_weights``); against the batch's soft labels with
+        ``train.soft_labels`` (:mod:`fedpath.losses.soft_targets`)."""
         w = self._class_weight
+        soft = soft_targets.current()
+        if soft is not None:
+            if soft.shape != logits.shape:
+                raise ConfigError(
+                    f"config key 'train.soft_labels': this method classifies "
+                    f"{logits.shape[0]} inputs per batch of {soft.shape[0]} samples; "
+                    "soft labels apply to methods that classify each sample once "
+                    "(e.g. fedavg, fedprox, fedbn): set train.soft_labels: none"
+                )
+            return soft_targets.soft_cross_entropy(logits, soft.to(logits), w)
         return F.cross_entropy(logits, y, weight=None if w is None else w.to(logits))
 
     def bag_cross_entropy(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

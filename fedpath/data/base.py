@@ -45,6 +45,10 @@ class ImageStore(ABC):
 
     #: stored versions of every sample (8: the dihedral views of cached features)
     views: int = 1
+    #: (N, C) float32 target distributions per stored sample, from annotator
+    #: agreement (``data.params.agreement``; :mod:`fedpath.losses.soft_targets`);
+    #: None: the labels only
+    soft_targets: np.ndarray | None = None
 
     def model_input(self, batch: torch.Tensor) -> torch.Tensor:
         """A loaded batch as a model takes it: images as float in [0, 1]."""

@@ -80,6 +80,7 @@ def with_store(dataset: DomainDataset, store: ImageStore) -> DomainDataset:
             f"dataset {dataset.name!r}: the new store holds {len(store)} samples, "
             f"the dataset {len(dataset.store)}"
         )
+    store.soft_targets = dataset.store.soft_targets
     out = DomainDataset(
         dataset.name,
         store,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,7 @@ from fedpath.data.base import (
 )
 from fedpath.data.files import IMAGE_SUFFIXES, FileStore, image_files, load_image
 from fedpath.data.inputs import read_text, subfolders
+from fedpath.losses.soft_targets import from_agreement
 from fedpath.params.data import FileDatasetParams
 
 log = logging.getLogger("fedpath")
@@ -58,9 +60,12 @@ class Records:
     domains: list[str]
     slides: list[str]
     where: list[str]  # "file:row" of each record, for error messages
+    #: each record's share of annotators agreeing with its label
+    #: (``data.params.agreement``); None: not read
+    agreement: list[float] | None = None
 
 
-def read_manifest(csv_path: Path) -> Records:
+def read_manifest(csv_path: Path, agreement: str | None = None) -> Records:
     """Parse a manifest CSV; errors name the file, the row and the missing field.
 
     Errors never quote the file's content (not even its header: the path may
@@ -74,7 +79,7 @@ def read_manifest(csv_path: Path) -> Records:
         )
     reader = csv.reader(io.StringIO(read_text(csv_path, "manifest"), newline=""))
     try:
-        rec = _records(csv_path, reader)
+        rec = _records(csv_path, reader, agreement)
     except csv.Error as err:  # its messages quote no content (NUL, field limit)
         raise DataError(
             f"manifest {str(csv_path)!r}:{reader.line_num}: not valid CSV ({err}); "
@@ -85,9 +90,18 @@ def read_manifest(csv_path: Path) -> Records:
     return rec
 
 
-def _records(csv_path: Path, reader: Iterator[list[str]]) -> Records:
+def _records(
+    csv_path: Path, reader: Iterator[list[str]], agreement: str | None = None
+) -> Records:
     header = [c.strip() for c in next(reader, [])]
-    col = {c: header.index(c) for c in (*REQUIRED, "slide") if c in header}
+    wanted = (*REQUIRED, "slide", *([agreement] if agreement else []))
+    col = {c: header.index(c) for c in wanted if c in header}
+    if agreement and agreement not in col:
+        raise DataError(
+            f"manifest {str(csv_path)!r} has no column {agreement!r} "
+            "(data.params.agreement: the column holding each row's share of "
+            "annotators agreeing with its label)"
+        )
     missing = [c for c in REQUIRED if c not in col]
     twice = [c for c in col if header.count(c) > 1]
     if missing or twice:
@@ -97,7 +111,7 @@ def _records(csv_path: Path, reader: Iterator[list[str]]) -> Records:
             f"{len(header)} column(s), "
             + (f"lacking {', '.join(missing)}" if missing else f"{twice} twice")
         )
-    rec = Records([], [], [], [], [])
+    rec = Records([], [], [], [], [], [] if agreement else None)
     for row in reader:
         line = getattr(reader, "line_num", 0)
         if not any(cell.strip() for cell in row):
@@ -115,7 +129,24 @@ def _records(csv_path: Path, reader: Iterator[list[str]]) -> Records:
         slide = get.get("slide", "")
         rec.slides.append(f"{get['domain']}/{slide}" if slide else get["path"])
         rec.where.append(f"{csv_path}:{line}")
+        if agreement and rec.agreement is not None:
+            where = f"{csv_path}:{line}"
+            rec.agreement.append(_share(get[agreement], where, agreement))
     return rec
+
+
+def _share(text: str, where: str, column: str) -> float:
+    """A share of annotators agreeing with a label: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value <= 1.0:
+        raise DataError(
+            f"{where}: column {column!r} (data.params.agreement) is {text!r}; "
+            "expected the share of annotators agreeing with the label, in (0, 1]"
+        )
+    return value
 
 
 def add_class_folders(
@@ -222,6 +253,14 @@ def build_file_dataset(
         if is_test is not None
         else assign_test_split(domains, slides, p.test_fraction, p.seed)
     )
+    if p.agreement is not None:
+        if rec.agreement is None:
+            raise ConfigError(
+                f"config key 'data.params.agreement': dataset {name!r} has no "
+                "annotator agreement to read; only a manifest names the column"
+            )
+        share = np.array([rec.agreement[i] for i in idx])
+        store.soft_targets = from_agreement(labels, share, len(classes))
     order = p.domains or list(dict.fromkeys(domains.tolist()))
     ds = DomainDataset(name, store, classes, labels, domains, slides, test, order)
     ds.skipped = skipped
@@ -337,7 +376,8 @@ def manifest_dataset(params: FileDatasetParams, root: str | None) -> DomainDatas
     csv_path = Path(params.path)
     if not csv_path.is_absolute():
         csv_path = _root(root, "manifest") / csv_path
-    return build_file_dataset("manifest", read_manifest(csv_path), params)
+    rec = read_manifest(csv_path, params.agreement)
+    return build_file_dataset("manifest", rec, params)
 
 
 @DATASETS.register("folder", params=FileDatasetParams)

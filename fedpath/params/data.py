@@ -92,7 +92,9 @@ class FileDatasetParams:
     size differs. ``in_memory``: decode everything once at start (fine up to a few
     hundred thousand small crops); otherwise decode per batch. ``classes``: class
     order (default: sorted labels found). ``domains``: keep only these, in this
-    order (default: all, in order of appearance).
+    order (default: all, in order of appearance). ``agreement`` (manifest only):
+    the column holding each row's share of annotators agreeing with its label,
+    in (0, 1], for ``train.soft_labels: agreement``.
     """
 
     path: str = "manifest.csv"
@@ -104,6 +106,7 @@ class FileDatasetParams:
     skip_bad: bool = False
     seed: int = 0
     workers: int = 4
+    agreement: str | None = None
 
     def __post_init__(self) -> None:
         if not 16 <= self.image_size <= 1024:

@@ -20,6 +20,7 @@ from torch import nn
 
 from fedpath.config import ConfigError, ExperimentConfig, TrainConfig
 from fedpath.data.base import DomainDataset, Split
+from fedpath.losses import soft_targets
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params
 from fedpath.models.tta import dihedral_views
@@ -33,6 +34,20 @@ from fedpath.tasks.finetune import (
 
 #: ``loss(model, images in [0, 1], labels) -> {"loss": tensor, **scalars}``
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], Mapping[str, Any]]
+
+
+def _soft_targets(data: Split, train: TrainConfig) -> np.ndarray | None:
+    """The store's soft labels when ``train.soft_labels`` asks for them."""
+    if train.soft_labels == "none":
+        return None
+    soft = data.store.soft_targets
+    if soft is None:
+        raise ConfigError(
+            "config key 'train.soft_labels': 'agreement' needs the annotators' "
+            "agreement with each label (data.params.agreement: a manifest column); "
+            "this client's data has none (pooled uploads carry labels only)"
+        )
+    return soft
 
 
 def fit_images(
@@ -66,8 +81,9 @@ def fit_images(
     total_steps = cfg.rounds * cfg.local_epochs * steps_per_epoch
     sums: dict[str, float] = {}
     n_seen = 0
+    soft = _soft_targets(data, cfg)
     for epoch in range(cfg.local_epochs):
-        for i, (xb, yb, _) in enumerate(
+        for i, (xb, yb, pos) in enumerate(
             data.batches(bs, shuffle=True, seed=[seed, epoch])
         ):
             if xb.shape[0] < 2 and len(data) >= 2:
@@ -81,7 +97,11 @@ def fit_images(
                 else train_input(data.store, xb, cfg.augment, gen)
             )
             y = yb.to(device, non_blocking=True)
-            out = loss_fn(model, x, y)
+            targets = None
+            if soft is not None:
+                targets = torch.from_numpy(soft[data.indices[pos]]).to(device)
+            with soft_targets.using(targets):
+                out = loss_fn(model, x, y)
             loss = out["loss"]
             step(
                 opt, loss, model, cfg, f"round {round_idx}, epoch {epoch + 1}, step {i}"

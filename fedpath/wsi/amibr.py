@@ -11,6 +11,7 @@ figure from the source images and writes
 * ``OUT/patches/{normal,atypical}/<dataset>_<uid>.png``: a ``size`` x ``size``
   RGB crop. The folder is the class: ``majority_atypical`` True means atypical.
 * ``OUT/manifest.csv`` with the columns ``path,label,domain,slide,majority_atypical``
+  and ``agreement`` (the share of experts voting for the label)
   and one row per crop. Normal rows come first, each class is sorted by path, and
   lines end in ``\\r\\n`` (the csv module's default). It is written atomically at
   the end, and fedpath's ``manifest`` dataset reads it.
@@ -276,7 +277,8 @@ def build_amibr(
     writer = csv.writer(buf)  # lines end in \r\n, as the csv module writes them
     writer.writerow(MANIFEST_FIELDS)
     writer.writerows(
-        (f.path, f.label, f.domain, f.slide, str(f.atypical)) for f in kept
+        (f.path, f.label, f.domain, f.slide, str(f.atypical), _share(f.agreement))
+        for f in kept
     )
     atomic_write_text(report.manifest, buf.getvalue())
     slides: dict[str, set[str]] = {}
@@ -290,6 +292,11 @@ def build_amibr(
     report.slides = {dom: len(s) for dom, s in slides.items()}
     report.bad = list(bad or [])
     return report
+
+
+def _share(agreement: float | None) -> str:
+    """The manifest's ``agreement`` cell (empty: no votes in the table)."""
+    return "" if agreement is None else f"{agreement:.4f}"
 
 
 def _build_slide(

@@ -2,8 +2,10 @@
 
 Each row gives a figure's image (``slide``), ``dataset`` (``MIDOG21`` or
 ``TUPAC16``), ``uid``, centre ``x, y`` in full-resolution pixels and
-``majority_atypical``; the experts' votes are not read. Fractional coordinates are
-rounded down to the pixel that holds the point.
+``majority_atypical``; the experts' votes (``expert<k>_atypical``), when the
+table has them, give each figure's ``agreement``: the share of experts whose vote
+matches the majority label. Fractional coordinates are rounded down to the pixel
+that holds the point.
 
 **Domains.** MIDOG 2021 images are numbered by scanner: 001-050 Hamamatsu XR,
 051-100 Hamamatsu S360, 101-150 Aperio CS2. The Leica GT450 images (151-200)
@@ -35,6 +37,8 @@ __all__ = ["Figure", "midog21_domain", "read_annotations"]
 
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
+#: the experts' vote columns (AMI-BR.csv: expert1_atypical .. expert3_atypical)
+_EXPERT = re.compile(r"expert\d+_atypical")
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class Figure:
     y: int
     atypical: bool
     domain: str
+    #: the share of experts voting for the label; None: the table has no votes
+    agreement: float | None = None
 
     @property
     def label(self) -> str:
@@ -119,6 +125,14 @@ def _figure(row: dict[str, str | None], line: int) -> Figure:
         raise DataError(
             f"column 'majority_atypical' is {flag!r}; expected True or False"
         )
+    votes = [_flag(row, c) for c in sorted(row) if c and _EXPERT.fullmatch(c)]
+    atypical = flag.lower() in _TRUE
+    agree = sum(v == atypical for v in votes) / len(votes) if votes else None
+    if agree is not None and agree < 0.5:
+        raise DataError(
+            f"majority_atypical is {flag!r} but {sum(votes)} of {len(votes)} expert "
+            "votes say atypical; expected the majority label to match the votes"
+        )
     return Figure(
         line=line,
         slide=slide,
@@ -126,9 +140,18 @@ def _figure(row: dict[str, str | None], line: int) -> Figure:
         uid=uid,
         x=_coord(row, "x"),
         y=_coord(row, "y"),
-        atypical=flag.lower() in _TRUE,
+        atypical=atypical,
         domain=midog21_domain(slide) if dataset == MIDOG else TUPAC16_DOMAIN,
+        agreement=agree,
     )
+
+
+def _flag(row: dict[str, str | None], col: str) -> bool:
+    """An expert's vote: True (atypical) or False."""
+    text = _value(row, col)
+    if text.lower() not in (*_TRUE, *_FALSE):
+        raise DataError(f"column {col!r} is {text!r}; expected True or False")
+    return text.lower() in _TRUE
 
 
 def read_annotations(path: str | Path, bad: list[str] | None = None) -> list[Figure]:

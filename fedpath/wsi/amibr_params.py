@@ -8,8 +8,10 @@ from __future__ import annotations
 
 #: columns of the AMi-Br table the builder reads (the expert votes are not needed)
 REQUIRED_COLUMNS = ("slide", "dataset", "uid", "x", "y", "majority_atypical")
-#: columns of the manifest, in this order
-MANIFEST_FIELDS = ("path", "label", "domain", "slide", "majority_atypical")
+#: columns of the manifest, in this order; ``agreement``: the share of the
+#: experts whose vote matches the label (``data.params.agreement``; empty when
+#: the table has no ``expert<k>_atypical`` columns)
+MANIFEST_FIELDS = ("path", "label", "domain", "slide", "majority_atypical", "agreement")
 #: the classes (and patch folders), in manifest order
 LABELS = ("normal", "atypical")
 MIDOG, TUPAC = "MIDOG21", "TUPAC16"

@@ -296,3 +296,50 @@ def test_a_symlink_into_another_domains_folder_is_a_leak(tmp_path: Path) -> None
     cfg = ["data.name=folder", f"data.root={tmp_path}", "data.params.image_size=32"]
     with pytest.raises(DataError, match=r"domain 'site0' .* and domain 'site2'"):
         load_dataset(load_config(None, cfg).data)
+
+
+def _with_agreement(root: Path, share: str | None = None) -> None:
+    """Add an ``agreement`` column to root/manifest.csv: 2/3 on every third row
+    (1.0 on the others), or ``share`` on every row."""
+    path = root / "manifest.csv"
+    rows = list(csv.DictReader(path.open()))
+    for i, row in enumerate(rows):
+        row["agreement"] = share or ("0.6667" if i % 3 == 0 else "1.0")
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_the_agreement_column_becomes_each_samples_soft_target(tmp_path: Path) -> None:
+    write_manifest_tree(tmp_path)
+    _with_agreement(tmp_path)
+    plain = load_dataset(manifest_cfg(tmp_path).data)
+    assert plain.store.soft_targets is None  # not asked for: not read
+    ds = load_dataset(manifest_cfg(tmp_path, "data.params.agreement=agreement").data)
+    soft = ds.store.soft_targets
+    assert soft is not None and soft.shape == (len(ds.labels), 2)
+    rows = list(csv.DictReader((tmp_path / "manifest.csv").open()))
+    for i, row in enumerate(rows):  # the store keeps the manifest's order
+        share = float(row["agreement"])
+        label = ds.classes.index(row["label"])
+        assert ds.labels[i] == label
+        assert soft[i, label] == pytest.approx(share)
+        assert soft[i, 1 - label] == pytest.approx(1 - share)
+
+
+def test_a_missing_or_bad_agreement_is_named(tmp_path: Path) -> None:
+    write_manifest_tree(tmp_path)
+    asked = manifest_cfg(tmp_path, "data.params.agreement=agreement").data
+    with pytest.raises(DataError, match="has no column 'agreement'"):
+        load_dataset(asked)
+    _with_agreement(tmp_path, share="1.5")
+    with pytest.raises(DataError, match=r"manifest.csv:2: column 'agreement' .* '1.5'"):
+        load_dataset(asked)
+    folder = tmp_path / "folder"
+    write_folder_tree(folder)
+    cfg = load_config(
+        None, ["data.name=folder", f"data.root={folder}", "data.params.agreement=votes"]
+    )
+    with pytest.raises(ConfigError, match="data.params.agreement': dataset 'folder'"):
+        load_dataset(cfg.data)

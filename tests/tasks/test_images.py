@@ -171,3 +171,71 @@ def test_image_task_refuses_images_smaller_than_the_encoder_takes(
     task = make_task(cfg, load_dataset(cfg.data))
     with pytest.raises(Exception, match=r"data.params.image_size.*at least 32 px"):
         task.build_model()
+
+
+def _soft_run(root: Path, out: Path, share: str | None, *extra: str) -> dict:
+    """Final weights of a tiny manifest run (``share``: every row's agreement,
+    or 2/3 on every third row when "mixed"; None: no column asked for)."""
+    import csv
+
+    from tests.fixtures import write_manifest_tree
+
+    if not (root / "manifest.csv").exists():
+        write_manifest_tree(root)
+    path = root / "manifest.csv"
+    rows = list(csv.DictReader(path.open()))
+    for i, row in enumerate(rows):
+        mixed = "0.6667" if i % 3 == 0 else "1.0"
+        row["agreement"] = mixed if share == "mixed" else (share or "1.0")
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    asked = [] if share is None else ["data.params.agreement=agreement"]
+    tiny = [o for o in tiny_overrides(out) if not o.startswith("data.params.")]
+    cfg = load_config(
+        None,
+        [
+            *tiny,
+            "data.name=manifest",
+            f"data.root={root}",
+            "data.params.image_size=32",
+            "lodo.targets=[site2]",
+            "train.rounds=1",
+            *asked,
+            *extra,
+        ],
+    )
+    run_experiment(cfg)
+    return read_model_file(run_dir_for(cfg, "site2", 0) / "model.fpm")[1]
+
+
+def test_soft_labels_train_on_the_agreement_and_unanimous_ones_as_hard_labels(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    soft = ["train.soft_labels=agreement", "train.class_weights=balanced"]
+    hard = _soft_run(data, tmp_path / "hard", None, "train.class_weights=balanced")
+    unanimous = _soft_run(data, tmp_path / "unanimous", "1.0", *soft)
+    split = _soft_run(data, tmp_path / "split", "mixed", *soft)
+    for name, w in hard.items():
+        torch.testing.assert_close(unanimous[name], w, rtol=1e-4, atol=1e-5)
+    assert any(not torch.allclose(split[n], w, atol=1e-4) for n, w in hard.items())
+
+
+def test_soft_labels_without_agreement_or_for_multi_view_losses_are_refused(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with pytest.raises(ConfigError, match="train.soft_labels': 'agreement' needs"):
+        _soft_run(data, tmp_path / "a", None, "train.soft_labels=agreement")
+    with pytest.raises(
+        ConfigError, match=r"classifies \d+ inputs per batch of \d+ samples"
+    ):
+        _soft_run(
+            data,
+            tmp_path / "b",
+            "mixed",
+            "train.soft_labels=agreement",
+            "algorithm.name=fedstain",
+        )

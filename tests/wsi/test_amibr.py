@@ -37,22 +37,24 @@ ROWS = [
     ("24.tif", "TUPAC16", "7", 300, 100, "True"),  # uid 7 again, other dataset
     ("24.tif", "TUPAC16", "4", 50, 250, "False"),
 ]
+# votes: a unanimous normal (1.0), a 2-of-3 atypical (0.6667)
 MANIFEST = (
-    "path,label,domain,slide,majority_atypical\r\n"
-    "patches/normal/MIDOG21_11.png,normal,MIDOG21_HamamatsuS360,060.tiff,False\r\n"
-    "patches/normal/MIDOG21_6.png,normal,MIDOG21_HamamatsuXR,002.tiff,False\r\n"
-    "patches/normal/TUPAC16_3.png,normal,TUPAC16,01_stitched1.tif,False\r\n"
-    "patches/normal/TUPAC16_4.png,normal,TUPAC16,24.tif,False\r\n"
-    "patches/atypical/MIDOG21_12.png,atypical,MIDOG21_AperioCS2,120.tiff,True\r\n"
-    "patches/atypical/MIDOG21_7.png,atypical,MIDOG21_HamamatsuXR,002.tiff,True\r\n"
-    "patches/atypical/TUPAC16_7.png,atypical,TUPAC16,24.tif,True\r\n"
+    "path,label,domain,slide,majority_atypical,agreement\r\n"
+    "patches/normal/MIDOG21_11.png,normal,MIDOG21_HamamatsuS360,060.tiff,False,1.0000\r\n"
+    "patches/normal/MIDOG21_6.png,normal,MIDOG21_HamamatsuXR,002.tiff,False,1.0000\r\n"
+    "patches/normal/TUPAC16_3.png,normal,TUPAC16,01_stitched1.tif,False,1.0000\r\n"
+    "patches/normal/TUPAC16_4.png,normal,TUPAC16,24.tif,False,1.0000\r\n"
+    "patches/atypical/MIDOG21_12.png,atypical,MIDOG21_AperioCS2,120.tiff,True,0.6667\r\n"
+    "patches/atypical/MIDOG21_7.png,atypical,MIDOG21_HamamatsuXR,002.tiff,True,0.6667\r\n"
+    "patches/atypical/TUPAC16_7.png,atypical,TUPAC16,24.tif,True,0.6667\r\n"
 )
 
 
 def table(rows: Sequence[tuple[object, ...]], header: str = HEADER) -> str:
     lines = [header]
     for i, (slide, ds, uid, x, y, maj) in enumerate(rows):
-        lines.append(f"{i},{slide},{ds},{uid},{x},{y},NMF,NMF,False,False,False,{maj}")
+        votes = "True,False,True" if maj.lower() == "true" else "False,False,False"
+        lines.append(f"{i},{slide},{ds},{uid},{x},{y},NMF,NMF,{votes},{maj}")
     return "\n".join(lines) + "\n"
 
 

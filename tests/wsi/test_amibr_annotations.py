@@ -54,13 +54,13 @@ def test_midog21_domain_refuses_other_images(slide: str, message: str) -> None:
 def test_rows_become_figures(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        "002.tiff,MIDOG21,6,200.9,150,True,False",
-        " 24.tif ,TUPAC16,a-1.b,0,7.0,False,TRUE",
+        "002.tiff,MIDOG21,6,200.9,150,False,False",
+        " 24.tif ,TUPAC16,a-1.b,0,7.0,True,TRUE",
         "120.tiff,MIDOG21,7,3,4,False,0",
     )
     figs = read_annotations(path)
     assert figs[0] == Figure(2, "002.tiff", "MIDOG21", "6", 200, 150, False,
-                             "MIDOG21_HamamatsuXR")  # fmt: skip
+                             "MIDOG21_HamamatsuXR", 1.0)  # fmt: skip
     assert figs[0].label == "normal"
     assert figs[0].path == "patches/normal/MIDOG21_6.png"
     # values are stripped, flags case-free, TUPAC16 is one domain
@@ -70,13 +70,41 @@ def test_rows_become_figures(tmp_path: Path) -> None:
     assert figs[2].line == 4 and not figs[2].atypical
 
 
+def test_the_experts_votes_give_each_figures_agreement(tmp_path: Path) -> None:
+    votes = "expert1_atypical,expert2_atypical,expert3_atypical"
+    header = f"slide,dataset,uid,x,y,{votes},majority_atypical"
+    path = write(
+        tmp_path,
+        "002.tiff,MIDOG21,1,1,1,True,True,True,True",
+        "002.tiff,MIDOG21,2,1,1,True,False,True,True",
+        "002.tiff,MIDOG21,3,1,1,True,False,False,False",
+        header=header,
+    )
+    assert [f.agreement for f in read_annotations(path)] == [1.0, 2 / 3, 2 / 3]
+    no_votes = write(tmp_path, "002.tiff,MIDOG21,1,1,1,True", header=HEADER.replace(
+        "expert1_atypical,", ""))  # fmt: skip
+    assert read_annotations(no_votes)[0].agreement is None
+    path = write(
+        tmp_path, "002.tiff,MIDOG21,1,1,1,True,False,False,True", header=header
+    )
+    with pytest.raises(
+        DataError, match=r"majority_atypical is 'True' but 1 of 3 expert"
+    ):
+        read_annotations(path)
+    path = write(
+        tmp_path, "002.tiff,MIDOG21,1,1,1,yes,False,False,False", header=header
+    )
+    with pytest.raises(DataError, match=r"column 'expert1_atypical' is 'yes'"):
+        read_annotations(path)
+
+
 def test_bad_rows_are_listed_when_asked(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        "002.tiff,MIDOG21,6,1,1,x,False",
-        "002.tiff,MIDOG21,6,2,2,x,True",  # the same (dataset, uid) again
-        "002.tiff,MIDOG21,8,1,inf,x,False",
-        "003.tiff,MIDOG21,9,1,1,x,False",
+        "002.tiff,MIDOG21,6,1,1,False,False",
+        "002.tiff,MIDOG21,6,2,2,True,True",  # the same (dataset, uid) again
+        "002.tiff,MIDOG21,8,1,inf,False,False",
+        "003.tiff,MIDOG21,9,1,1,False,False",
     )
     with pytest.raises(DataError, match=r"line 3: MIDOG21 uid 6 is also on line 2"):
         read_annotations(path)

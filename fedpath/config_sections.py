@@ -137,7 +137,12 @@ class TrainConfig(Checked):
     ``soft_labels``: ``agreement`` trains the supervised loss against each
     sample's share of annotators agreeing with its label
     (``data.params.agreement``, :mod:`fedpath.losses.soft_targets`); ``none``:
-    the labels as given.
+    the labels as given. ``mixup``: MixUp's Beta(alpha, alpha) parameter
+    (0: off; on cached maps it mixes the frozen stages' output). Both need a
+    method that classifies each sample once (fedavg, fedprox, fedbn, ...).
+    ``sampling``: ``balanced`` draws each epoch with replacement, every class
+    equally likely (instead of, or beside, ``class_weights``); ``shuffle``:
+    each sample once per epoch.
     """
 
     config_section = "train"
@@ -166,6 +171,8 @@ class TrainConfig(Checked):
     augment: Literal["none", "dihedral", "dihedral_jitter"] = "none"
     cache_features: bool = False
     soft_labels: Literal["none", "agreement"] = "none"
+    mixup: Annotated[float, Ge(0)] = 0.0
+    sampling: Literal["shuffle", "balanced"] = "shuffle"
 
     def validate(self) -> None:
         require(

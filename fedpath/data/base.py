@@ -139,14 +139,23 @@ class Split:
         shuffle: bool = False,
         seed: int | list[int] = 0,
         drop_last: bool = False,
+        balanced: bool = False,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
         """Yield ``(uint8 images, int64 labels, positions)`` batches.
 
         Shuffling draws from a generator seeded by ``seed`` alone, so an epoch's
         order depends only on (seed), never on what ran before: resume is exact.
+        ``balanced`` (with ``shuffle``): an epoch is ``len(self)`` draws with
+        replacement, each class equally likely (``train.sampling: balanced``).
         """
         n = len(self)
-        order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+        rng = np.random.default_rng(seed)
+        if shuffle and balanced and n:
+            counts = np.bincount(self.labels)
+            p = 1.0 / counts[self.labels]
+            order = rng.choice(n, size=n, replace=True, p=p / p.sum())
+        else:
+            order = rng.permutation(n) if shuffle else np.arange(n)
         stop = n - n % batch_size if drop_last and n >= batch_size else n
         labels = torch.from_numpy(self.labels)
         for start in range(0, stop, batch_size):

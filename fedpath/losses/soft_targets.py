@@ -1,4 +1,5 @@
-"""Soft labels from annotator agreement (``train.soft_labels: agreement``).
+"""Soft targets: labels from annotator agreement (``train.soft_labels:
+agreement``) and MixUp (``train.mixup``).
 
 Experts disagree on some figures: in AMi-Br three pathologists vote on every
 mitotic figure and one atypical figure in two is a 2-of-3 call. A dataset can
@@ -13,6 +14,12 @@ targets to the classification loss through :func:`using`;
 :meth:`fedpath.algorithms.base.ClientContext.cross_entropy` (the loss of every
 supervised method) then computes :func:`soft_cross_entropy` instead of the hard
 one. Evaluation and model selection keep the dataset's labels.
+
+MixUp (Zhang et al., ICLR 2018) trains on convex combinations of pairs of
+inputs and of their targets (:func:`mixup`); the loop draws the weight from
+Beta(alpha, alpha) and the partners as a permutation of the batch. On the
+frozen-feature fast path (``train.cache_features``) the inputs mixed are the
+cached maps of the frozen stages (a manifold MixUp at that cut).
 """
 
 from __future__ import annotations
@@ -68,3 +75,12 @@ def soft_cross_entropy(
     ones do; ``weight``: per-class weights (``train.class_weights``)."""
     w = targets if weight is None else targets * weight.to(targets)
     return -(w * F.log_softmax(logits, 1)).sum() / w.sum().clamp_min(1e-12)
+
+
+def mixup(
+    x: torch.Tensor, targets: torch.Tensor, lam: float, perm: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``lam * a + (1 - lam) * a[perm]`` of the inputs ``x`` and of their target
+    distributions ``targets`` (B, C)."""
+    mix_x = lam * x + (1.0 - lam) * x[perm]
+    return mix_x, lam * targets + (1.0 - lam) * targets[perm]

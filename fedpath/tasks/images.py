@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fedpath.config import ConfigError, ExperimentConfig, TrainConfig
@@ -61,6 +62,7 @@ def fit_images(
     device: torch.device,
     on_epoch: EpochCallback | None = None,
     opt_params: Any = None,
+    num_classes: int | None = None,
 ) -> dict[str, float]:
     """Train ``model`` on ``data`` for ``train.local_epochs``; mean scalars.
 
@@ -82,9 +84,11 @@ def fit_images(
     sums: dict[str, float] = {}
     n_seen = 0
     soft = _soft_targets(data, cfg)
+    mix = np.random.default_rng([seed, 0x313])  # MixUp's draws (train.mixup)
+    balanced = cfg.sampling == "balanced"
     for epoch in range(cfg.local_epochs):
         for i, (xb, yb, pos) in enumerate(
-            data.batches(bs, shuffle=True, seed=[seed, epoch])
+            data.batches(bs, shuffle=True, seed=[seed, epoch], balanced=balanced)
         ):
             if xb.shape[0] < 2 and len(data) >= 2:
                 continue
@@ -100,6 +104,14 @@ def fit_images(
             targets = None
             if soft is not None:
                 targets = torch.from_numpy(soft[data.indices[pos]]).to(device)
+            if cfg.mixup > 0:
+                if targets is None:
+                    if num_classes is None:
+                        raise ValueError("train.mixup needs fit_images(num_classes=)")
+                    targets = F.one_hot(y, num_classes).float()
+                perm = torch.from_numpy(mix.permutation(x.shape[0])).to(device)
+                lam = float(mix.beta(cfg.mixup, cfg.mixup))
+                x, targets = soft_targets.mixup(x, targets, lam, perm)
             with soft_targets.using(targets):
                 out = loss_fn(model, x, y)
             loss = out["loss"]
@@ -219,6 +231,7 @@ class ImageTask(Task):
             device=self.device,
             on_epoch=on_epoch,
             opt_params=opt_params,
+            num_classes=self.num_classes,
         )
 
     def predict(self, model: nn.Module, split: Split) -> np.ndarray:

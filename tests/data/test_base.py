@@ -134,3 +134,31 @@ def test_assign_test_split_fraction_and_edge_cases() -> None:
     assert two.any() and not two.all()  # at least one test and one train slide
     with pytest.raises(DataError, match=r"test_fraction must lie in \[0, 1\)"):
         assign_test_split(domains, slides, 1.0, seed=0)
+
+
+def test_balanced_batches_draw_every_class_alike_and_repeat_by_seed() -> None:
+    labels = np.array([0] * 90 + [1] * 10)
+    split = Split(
+        TensorStore(torch.zeros(100, 3, 4, 4, dtype=torch.uint8)),
+        np.arange(100),
+        labels,
+        np.array(["d"] * 100),
+        np.array(["s"] * 100),
+    )
+    drawn = [
+        np.concatenate(
+            [p for _, _, p in split.batches(16, True, [s, 0], balanced=True)]
+        )
+        for s in range(20)
+    ]
+    assert all(len(d) == 100 for d in drawn)  # an epoch is len(split) draws
+    share = np.mean(np.concatenate([labels[d] for d in drawn]))
+    assert share == pytest.approx(0.5, abs=0.05)  # not the data's 0.1
+    again = np.concatenate(
+        [p for _, _, p in split.batches(16, True, [0, 0], balanced=True)]
+    )
+    np.testing.assert_array_equal(again, drawn[0])
+    plain = np.concatenate(
+        [p for _, _, p in split.batches(16, False, 0, balanced=True)]
+    )
+    np.testing.assert_array_equal(plain, np.arange(100))  # no shuffle: in order

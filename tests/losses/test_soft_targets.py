@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fedpath.losses import soft_targets
-from fedpath.losses.soft_targets import from_agreement, soft_cross_entropy
+from fedpath.losses.soft_targets import from_agreement, mixup, soft_cross_entropy
 
 
 def test_agreement_puts_its_share_on_the_label_and_spreads_the_rest() -> None:
@@ -58,3 +58,15 @@ def test_using_sets_the_batchs_targets_only_inside_the_block() -> None:
             assert soft_targets.current() is None
         assert soft_targets.current() is t
     assert soft_targets.current() is None
+
+
+def test_mixup_combines_inputs_and_targets_with_the_same_weight() -> None:
+    x = torch.arange(12.0).reshape(3, 4)
+    t = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2 / 3, 1 / 3]])
+    perm = torch.tensor([2, 0, 1])
+    mx, mt = mixup(x, t, 0.7, perm)
+    torch.testing.assert_close(mx[0], 0.7 * x[0] + 0.3 * x[2])
+    torch.testing.assert_close(mt[1], 0.7 * t[1] + 0.3 * t[0])
+    torch.testing.assert_close(mt.sum(1), torch.ones(3))  # still distributions
+    same = mixup(x, t, 1.0, perm)
+    torch.testing.assert_close(same[0], x) and torch.testing.assert_close(same[1], t)

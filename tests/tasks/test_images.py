@@ -239,3 +239,20 @@ def test_soft_labels_without_agreement_or_for_multi_view_losses_are_refused(
             "train.soft_labels=agreement",
             "algorithm.name=fedstain",
         )
+
+
+def test_mixup_and_balanced_sampling_change_training_and_repeat_exactly(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    plain = _soft_run(data, tmp_path / "plain", None)
+    for i, option in enumerate(["train.mixup=0.4", "train.sampling=balanced"]):
+        once = _soft_run(data, tmp_path / f"a{i}", None, option)
+        twice = _soft_run(data, tmp_path / f"b{i}", None, option)
+        for name, w in once.items():
+            torch.testing.assert_close(twice[name], w)  # seeded: the same run
+        assert any(not torch.allclose(once[n], w, atol=1e-4) for n, w in plain.items())
+    with pytest.raises(ConfigError, match=r"classifies \d+ inputs per batch"):
+        _soft_run(
+            data, tmp_path / "c", None, "train.mixup=0.4", "algorithm.name=fedstain"
+        )

@@ -63,3 +63,75 @@ def test_an_unknown_table_is_refused_with_the_list(
     with pytest.raises(SystemExit):
         bench.main(["fedstain-tcga"])
     assert "fedstain-camelyon17" in capsys.readouterr().err
+
+
+def _midog_standin(root: Path) -> Path:
+    """Six MIDOG 2021 slides (two per labelled scanner: 001-002, 051-052,
+    101-102), each a pyramidal TIFF with four drawn figures, and MIDOG's
+    COCO-style JSON."""
+    import json
+
+    from tests.wsi.helpers import he_image, write_slide
+
+    w, h = 1000, 800
+    figures = [(150, 150), (400, 300), (250, 600), (520, 520)]
+    images, anns = [], []
+    for slide in (1, 2, 51, 52, 101, 102):
+        write_slide(
+            root / f"{slide:03d}.tiff", he_image(w, h, slide, figures), levels=2
+        )
+        images.append(
+            {"id": slide, "file_name": f"{slide:03d}.tiff", "width": w, "height": h}
+        )
+        for cx, cy in figures:
+            box = [cx - 25.0, cy - 25.0, cx + 25.0, cy + 25.0]
+            anns.append(
+                {"id": len(anns) + 1, "image_id": slide, "bbox": box, "category_id": 1}
+            )
+    cats = [{"id": 1, "name": "mitotic figure"}, {"id": 2, "name": "hard negative"}]
+    path = root / "MIDOG.json"
+    path.write_text(
+        json.dumps({"images": images, "annotations": anns, "categories": cats})
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_the_mvmidog_table_runs_from_midog_json_and_tiffs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedpath.cli import main as fedpath
+
+    slides = tmp_path / "midog"
+    slides.mkdir()
+    ann = _midog_standin(slides)
+    built = tmp_path / "mvmidog"
+    argv = [
+        "mvmidog",
+        str(ann),
+        str(slides),
+        "-o",
+        str(built),
+        "--negatives-per-slide",
+        "4",
+    ]
+    assert fedpath([*argv, "--no-imposters", "-q"]) == 0
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench = importlib.import_module("paper_table")
+    tiny = [t for t in TINY if not t.startswith("lodo.")]
+    code = bench.main(
+        [
+            "fedstain-mvmidog",
+            f"data.root={built}",
+            f"output_dir={tmp_path / 'runs'}",
+            *tiny,
+            "seeds=[0]",
+            "--only",
+            "fedavg",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "FedStain Table IV (MvMidog, ResNet-18): accuracy" in out
+    head = next(x for x in out.splitlines() if x.startswith("| Method"))
+    assert all(d in head for d in ("hamamatsu_xr", "hamamatsu_s360", "aperio_cs2"))

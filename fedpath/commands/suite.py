@@ -150,7 +150,7 @@ def _run_configs(
     """Run ``configs`` and print their tables; with ``baseline``, the line that
     compares each method with it, paired over (hospital, seed) units
     (:func:`_what_it_shows`)."""
-    from fedpath.runtime.experiment import find_runs, plan_runs
+    from fedpath.runtime.experiment import find_runs, plan_runs, splits_of
     from fedpath.utils.progress import plural
     from fedpath.utils.progress_display import make_reporter
 
@@ -182,7 +182,12 @@ def _run_configs(
     split = "clients" if _per_client(head) else "target"
     for metric in metrics:
         print_table(outs, metric, split, "markdown", None, quiet, labels)
-    if head.lodo.source_eval and head.evaluation.protocol == "classifier":
+    # sources' test splits: none when every source domain is a single slide
+    if (
+        head.lodo.source_eval
+        and head.evaluation.protocol == "classifier"
+        and "source_mean" in splits_of([o for o in outs if o.exists()])
+    ):
         print_table(outs, "accuracy", "source_mean", "markdown", None, quiet, labels)
     if baseline is not None and not _per_client(head):
         existing = [o for o in outs if o.exists()]

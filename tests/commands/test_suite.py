@@ -76,3 +76,20 @@ def test_suite_status_prints_its_shape_even_when_quiet(
     assert "two: 2 methods x 2 unseen domains x 1 seed" in out
     assert "4 cells: 4 pending" in out
     assert not (tmp_path / "st").exists()
+
+
+def test_a_suite_whose_sources_have_no_test_split_still_ends_well(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # one slide per hospital: all of it trains, so no source is scored
+    base = tmp_path / "base.yaml"
+    base.write_text("name: one\nlodo:\n  targets: [hospital_1]\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("base: base.yaml\nvariants:\n  fedavg: []\n")
+    over = tiny_overrides(
+        tmp_path, "train.rounds=1", "data.params.slides_per_hospital=1"
+    )
+    assert main(["suite", str(suite), *over, "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "on the unseen target domain" in text
+    assert "source domains" not in text

@@ -44,8 +44,11 @@ def _pooled_split(pool: ArrayDict, like: ImageStore) -> Split:
     images = torch.from_numpy(np.ascontiguousarray(pool["images"]))
     n = int(images.shape[0])
     labels = pool.get("labels", np.zeros(n, np.int64)).astype(np.int64)
+    store = like.holding(images)
+    if "soft_targets" in pool:  # train.soft_labels: the labels' agreement
+        store.soft_targets = np.asarray(pool["soft_targets"], dtype=np.float32)
     return Split(
-        like.holding(images),
+        store,
         np.arange(n, dtype=np.int64),
         labels,
         np.full(n, "pooled"),
@@ -63,6 +66,9 @@ class _PoolingClient(SSLClient):
         up = {"images": data.load(np.arange(len(data))).numpy()}
         if self.send_labels:
             up["labels"] = data.labels.astype(np.int64)
+            soft = data.store.soft_targets
+            if soft is not None and self.ctx.train.soft_labels != "none":
+                up["soft_targets"] = soft[data.indices].astype(np.float32)
         return Payload({POOL: up}, {"num_images": len(data)})
 
     def handle(self, stage: str, payload: Payload, state: ClientState) -> Payload:
@@ -155,6 +161,8 @@ register_algorithm(
     "Centralized supervised upper bound (images + labels pooled: not private)",
     features=True,
     wire=Wire(
-        "every training image and its label", {"upload": "raw data", "fit": "weights"}
+        "every training image and its label (with train.soft_labels, the label's "
+        "agreement too)",
+        {"upload": "raw data", "fit": "weights"},
     ),
 )

@@ -46,7 +46,7 @@ def _soft_targets(data: Split, train: TrainConfig) -> np.ndarray | None:
         raise ConfigError(
             "config key 'train.soft_labels': 'agreement' needs the annotators' "
             "agreement with each label (data.params.agreement: a manifest column); "
-            "this client's data has none (pooled uploads carry labels only)"
+            "this client's data has none"
         )
     return soft
 

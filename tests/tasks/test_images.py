@@ -221,6 +221,11 @@ def test_soft_labels_train_on_the_agreement_and_unanimous_ones_as_hard_labels(
     for name, w in hard.items():
         torch.testing.assert_close(unanimous[name], w, rtol=1e-4, atol=1e-5)
     assert any(not torch.allclose(split[n], w, atol=1e-4) for n, w in hard.items())
+    # pooled training: the uploads carry the agreement with the labels
+    pooled = ["algorithm.name=central_supervised", "algorithm.params={}"]
+    hard = _soft_run(data, tmp_path / "p_hard", None, *pooled)
+    split = _soft_run(data, tmp_path / "p_split", "mixed", *soft[:1], *pooled)
+    assert any(not torch.allclose(split[n], w, atol=1e-4) for n, w in hard.items())
 
 
 def test_soft_labels_without_agreement_or_for_multi_view_losses_are_refused(

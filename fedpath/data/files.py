@@ -22,7 +22,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from fedpath.data.base import DataError, ImageStore, TensorStore
-from fedpath.data.inputs import check_file, list_folder
+from fedpath.data.inputs import list_folder
+from fedpath.utils.files import check_file
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 

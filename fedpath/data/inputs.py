@@ -16,27 +16,9 @@ import stat
 from pathlib import Path
 
 from fedpath.errors import DataError
-
-
-def check_file(path: Path, what: str) -> os.stat_result:
-    """The ``stat`` of ``path`` if it is a regular file (symlinks followed);
-    else a DataError naming ``what`` (e.g. ``"manifest"``) and the file."""
-    where = f"{what} {str(path)!r}"
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise DataError(f"{where} does not exist") from None
-    except PermissionError:
-        raise DataError(f"{where}: permission denied") from None
-    except (OSError, ValueError) as err:  # ValueError: a NUL in the path
-        raise DataError(f"{where} cannot be read: {_reason(err)}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise DataError(f"{where} is a folder; expected a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise DataError(
-            f"{where} is not a regular file (a {_kind(st.st_mode)}); expected a file"
-        )
-    return st
+from fedpath.utils.files import check_file
+from fedpath.utils.files import file_kind as _kind
+from fedpath.utils.files import os_reason as _reason
 
 
 def read_text(path: Path, what: str) -> str:
@@ -97,20 +79,3 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return entry.is_dir()
     except OSError:  # a broken entry is no folder; a file check names it later
         return False
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
-
-
-def _reason(err: Exception) -> str:
-    """The OS's reason without the path (already named by the caller)."""
-    return getattr(err, "strerror", None) or type(err).__name__

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from fedpath.data.base import DataError
-from fedpath.data.inputs import check_file, read_text
+from fedpath.data.inputs import read_text
+from fedpath.utils.files import check_file
 
 
 @dataclass

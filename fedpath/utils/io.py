@@ -18,6 +18,7 @@ import torch
 
 from fedpath.errors import DataError
 from fedpath.schema import ConfigError
+from fedpath.utils.files import check_file
 
 log = logging.getLogger("fedpath")
 
@@ -135,10 +136,7 @@ def read_text_record(path: Path, what: str) -> str:
     """The UTF-8 text of a record file; a folder, a missing or unreadable file
     or one that is not UTF-8 is a :class:`DataError` naming ``what`` and it."""
     where = f"{what} {str(path)!r}"
-    if path.is_dir():
-        raise DataError(f"{where} is a folder; expected a file")
-    if not path.is_file():
-        raise DataError(f"{where} does not exist")
+    check_file(path, what)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from fedpath.schema import ConfigError
+from fedpath.utils.files import check_file
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -75,10 +76,7 @@ def read_yaml_mapping(
     """Read a YAML file that must hold a mapping (empty: ``{}``); errors name
     ``what`` and the file."""
     where = f"{what} {str(path)!r}"
-    if path.is_dir():
-        raise ConfigError(f"{where} is a folder; expected a YAML file")
-    if not path.is_file():
-        raise ConfigError(f"{where} does not exist")
+    check_file(path, what, ConfigError, "a YAML file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:

@@ -27,9 +27,9 @@ import torch.nn.functional as F
 
 from fedpath.config import ModelConfig
 from fedpath.data.base import DataError
-from fedpath.data.inputs import check_file
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import encoder_info, state_digest
+from fedpath.utils.files import check_file
 from fedpath.utils.io import atomic_write_bytes
 from fedpath.wsi import StageReport, atomic_h5, h5_complete, run_stage
 from fedpath.wsi.slide import open_slide

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpath.data.base import DataError
-from fedpath.data.inputs import check_file, list_folder
+from fedpath.data.inputs import list_folder
+from fedpath.utils.files import check_file
 from fedpath.wsi.slide_base import Slide
 from fedpath.wsi.slide_openslide import OpenSlideSlide, openslide_available
 from fedpath.wsi.slide_tiff import TiffSlide

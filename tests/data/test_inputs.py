@@ -8,20 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fedpath.data.inputs import check_file, list_folder, read_text, subfolders
+from fedpath.data.inputs import list_folder, read_text, subfolders
 from fedpath.errors import DataError
-
-
-def test_check_file_names_what_is_wrong(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match=r"manifest '.*nope.csv' does not exist"):
-        check_file(tmp_path / "nope.csv", "manifest")
-    with pytest.raises(DataError, match=r"is a folder; expected a file"):
-        check_file(tmp_path, "manifest")
-    os.mkfifo(tmp_path / "pipe.csv")
-    with pytest.raises(DataError, match=r"pipe.csv' is not a regular file \(a FIFO\)"):
-        check_file(tmp_path / "pipe.csv", "manifest")
-    (tmp_path / "ok.csv").write_text("x")
-    assert check_file(tmp_path / "ok.csv", "manifest").st_size == 1
 
 
 def test_read_text_refuses_bytes_that_are_not_utf8_naming_the_offset(

@@ -3,10 +3,9 @@
 A whole slide image enters MIL as a *bag*: the ``(N, D)`` embeddings of its
 patches (CLAM's ``h5_files``/``pt_files``, written by :mod:`fedpath.wsi.features`)
 plus one slide label. FedHD (design point 2) distils each real bag into one
-synthetic bag, so both kinds share :class:`SlideBag`.
-
-:func:`synthetic_bags` makes hospitals of bags whose diagnostic signal is a rare
-patch cluster that a slide mean cannot see (see its docstring).
+synthetic bag, so both kinds share :class:`SlideBag`. :func:`synthetic_bags`
+makes hospitals of bags whose diagnostic signal is a rare patch cluster that a
+slide mean cannot see (see its docstring).
 """
 
 from __future__ import annotations

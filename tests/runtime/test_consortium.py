@@ -189,6 +189,11 @@ def test_the_recipe_ignores_where_and_what_is_held_out(tmp_path: Path) -> None:
     a = consortium(tmp_path / "a", "name=a", "seeds=[1,2]")
     b = load_config(None, tiny_overrides(tmp_path / "b", *LOO))
     assert recipe(a) == recipe(b)
+    # an extra score with the held-out domain's BatchNorm does not change the model
+    adapted = load_config(
+        None, tiny_overrides(tmp_path / "c", *LOO, "evaluation.adapt_bn=true")
+    )
+    assert recipe(adapted) == recipe(a)
     assert recipe(a) != recipe(consortium(tmp_path, "train.lr=0.5"))
 
 

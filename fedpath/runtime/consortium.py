@@ -96,10 +96,10 @@ def validation_split(ev: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 #: config keys that may differ between a consortium run and the leave-one-out
-#: runs of its recipe (where and under which name they ran, and what is held
-#: out, the method's label in tables); ``evaluation.adapt_bn`` only adds a score with the held-out domain's
-#: BatchNorm statistics (a consortium has no held-out domain), the weights and
-#: the model file are the same
+#: runs of its recipe (where and under which name they ran, what is held out,
+#: the method's label in tables); ``evaluation.adapt_bn`` only adds a score
+#: with the held-out domain's BatchNorm statistics (a consortium has no held-out
+#: domain): the weights and the model file are the same
 NOT_RECIPE = (
     *RUN_LOCAL_KEYS,
     "name",

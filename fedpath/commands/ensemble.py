@@ -9,7 +9,7 @@ import hashlib
 from pathlib import Path
 
 from fedpath.commands.common import add_common, console
-from fedpath.utils.cli_args import SubParsers, is_quiet, open_probability
+from fedpath.utils.cli_args import SubParsers, open_probability
 
 
 def register(sub: SubParsers) -> None:
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out")
     meta = save_ensemble(args.out, args.members, args.threshold)
     sha = hashlib.sha256(args.out.read_bytes()).hexdigest()
-    out = console(is_quiet(args))
+    out = console(False)  # the command's answer: printed even when quiet, as tables
     out.print(
         f"wrote {args.out}: an ensemble of {len(meta.members)} members "
         f"({', '.join(meta.class_names)}; {meta.image_size} px), sha256 {sha}",

@@ -188,8 +188,13 @@ def _verdict(
     if not target or not math.isfinite(sd):
         return head
     more = units_for_half_width(sd, target) - d.size
-    if more <= 0:  # already resolved: whatever the difference is, it is smaller
-        return f"{head}, so any difference is smaller than that"
+    if more <= 0:  # already resolved: the interval bounds the difference
+        if lo > 0 or hi < 0:
+            return (
+                f"{head}; it excludes 0, but the paired test does not reject with "
+                f"{d.size} units (p = {p:.3g})"
+            )
+        return f"{head}, so any difference is within {max(-lo, hi):.2f} points of 0"
     tail = f"; about {more} more units would resolve a difference of {target:.2f}"
     if not effect and observed < MIN_EFFECT:
         tail += f" (the observed {observed:.2f} is smaller)"

@@ -113,8 +113,22 @@ def test_a_difference_inside_a_narrow_interval_says_it_is_small() -> None:
     }
     c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
     assert c.verdict.startswith("not separated at this power: the interval is +-")
-    assert c.verdict.endswith(", so any difference is smaller than that")
+    lo, hi = c.ci
+    assert c.verdict.endswith(
+        f", so any difference is within {max(-lo, hi):.2f} points of 0"
+    )
     assert "more units" not in c.verdict
+
+
+def test_an_interval_off_zero_without_a_significant_test_says_so() -> None:
+    # 4 units all below: the bootstrap interval excludes 0, the exact sign-flip
+    # test cannot reject with 4 units (its smallest p is 0.125)
+    base = {(f"h{i}", 0): 0.60 for i in range(4)}
+    meth = {k: v - 0.02 - 0.002 * i for i, (k, v) in enumerate(base.items())}
+    c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
+    assert c.ci[1] < 0 and c.p_value >= 0.05
+    assert c.verdict.endswith("it excludes 0, but the paired test does not reject "
+                              f"with 4 units (p = {c.p_value:.3g})")  # fmt: skip
 
 
 def test_a_tiny_difference_is_asked_about_one_point_not_itself() -> None:

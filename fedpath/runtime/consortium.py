@@ -19,6 +19,7 @@ from fedpath.data.base import Split
 from fedpath.data.partition import ClientData
 from fedpath.runtime.persistence import FINAL
 from fedpath.runtime.records import read_final
+from fedpath.runtime.same_config import flat_keys
 from fedpath.tasks import Task
 
 #: the target name of a consortium run (its folder, its rows in tables)
@@ -113,20 +114,11 @@ NOT_RECIPE = (
 
 def recipe(cfg: ExperimentConfig) -> dict[str, Any]:
     """``cfg`` flattened to dotted keys, without :data:`NOT_RECIPE`."""
-    flat: dict[str, Any] = {}
-
-    def walk(node: Mapping[str, Any], prefix: str) -> None:
-        for key, value in node.items():
-            dotted = f"{prefix}{key}"
-            if any(dotted == k or dotted.startswith(f"{k}.") for k in NOT_RECIPE):
-                continue
-            if isinstance(value, Mapping) and value:
-                walk(value, f"{dotted}.")
-            else:
-                flat[dotted] = value
-
-    walk(cfg.to_dict(), "")
-    return flat
+    return {
+        dotted: value
+        for dotted, value in flat_keys(cfg.to_dict()).items()
+        if not any(dotted == k or dotted.startswith(f"{k}.") for k in NOT_RECIPE)
+    }
 
 
 def expected_estimate(cfg: ExperimentConfig) -> dict[str, Any]:

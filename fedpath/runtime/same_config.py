@@ -36,9 +36,9 @@ def check_same_config(
     """
     if final.get("config_hash") == config_hash:
         return
-    if only_added_at_default(run_dir, cfg):
+    keys, added = _differing_keys(run_dir / "config.yaml", cfg)
+    if _only_added(run_dir, keys, added):
         return
-    keys, _ = _differing_keys(run_dir / "config.yaml", cfg)
     shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
     raise ResumeError(
         f"{run_dir} finished with another config (differing keys: "
@@ -50,7 +50,11 @@ def check_same_config(
 def only_added_at_default(run_dir: Path, cfg: ExperimentConfig) -> bool:
     """True when ``cfg`` differs from the run's saved config only by options
     added to fedpath since, at their defaults (logged)."""
-    keys, added = _differing_keys(run_dir / "config.yaml", cfg)
+    return _only_added(run_dir, *_differing_keys(run_dir / "config.yaml", cfg))
+
+
+def _only_added(run_dir: Path, keys: list[str], added: set[str]) -> bool:
+    """True (logged) when the differing ``keys`` are all ``added`` ones."""
     if not keys or not set(keys) <= added:
         return False
     log.info(
@@ -69,14 +73,14 @@ def _differing_keys(saved: Path, cfg: ExperimentConfig) -> tuple[list[str], set[
     if not saved.is_file():
         return [], set()
     try:
-        old = _flat(read_yaml_mapping(saved, "the run's saved config"))
+        old = flat_keys(read_yaml_mapping(saved, "the run's saved config"))
     except ConfigError as err:
         log.warning("%s", err)
         return [], set()
-    new = _flat(cfg.to_dict())
+    new = flat_keys(cfg.to_dict())
     from fedpath.config import RUN_LOCAL_KEYS, ExperimentConfig
 
-    defaults = _flat(ExperimentConfig().to_dict())
+    defaults = flat_keys(ExperimentConfig().to_dict())
     keys = sorted(
         k
         for k in old.keys() | new.keys()
@@ -88,12 +92,14 @@ def _differing_keys(saved: Path, cfg: ExperimentConfig) -> tuple[list[str], set[
     return keys, added
 
 
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_keys(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config mapping as dotted keys (``train.lr``); an empty mapping
+    is a value of its own."""
     out: dict[str, Any] = {}
     for k, v in tree.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping) and v:
-            out.update(_flat(v, key + "."))
+            out.update(flat_keys(v, key + "."))
         else:
             out[key] = v
     return out

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedpath.runtime.same_config import flat_keys
 from fedpath.runtime.tracking_names import (
     MLFLOW_RUN,
     mlflow_store,
@@ -61,14 +62,6 @@ log = logging.getLogger("fedpath")
 _EVENTS = "events.out.tfevents.*"
 #: MLflow's limits per ``log_batch`` call and per param value
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_CHARS = 1000, 100, 6000
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            yield from _flat(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
 
 
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -296,7 +289,7 @@ class MlflowTracker(Tracker):
 
         params = [
             Param(key, (v if isinstance(v, str) else json.dumps(v))[:_MAX_PARAM_CHARS])
-            for key, v in _flat(cfg.to_dict())
+            for key, v in flat_keys(cfg.to_dict()).items()
         ]
         for chunk in _chunks(params, _MAX_PARAMS):
             self.client.log_batch(self.run_id, params=chunk)

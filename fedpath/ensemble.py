@@ -23,7 +23,6 @@ measures it).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from fedpath.config import ModelConfig
 from fedpath.errors import ArtifactError
 from fedpath.model_file import LoadedFile, header_fields
 from fedpath.models.backbones import build_model
+from fedpath.models.pretrained import sha256_file
 from fedpath.models.tta import dihedral_views
 
 #: what the members of an ensemble must share (field, what it is, in errors)
@@ -165,7 +165,7 @@ def make_ensemble(
         meta, weights = read_model_file(path)  # an image model (not MIL, ensemble)
         nets.append(LoadedModel(meta, weights, path).model)
         metas.append(meta)
-        sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        sha = sha256_file(Path(path))
         members.append({**asdict(meta), "file_sha256": sha, "file": Path(path).name})
     check_members(metas, paths)
     first = metas[0]

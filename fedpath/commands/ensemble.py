@@ -5,7 +5,6 @@ folds) written as one model file whose prediction averages its members
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 
 from fedpath.commands.common import add_common, console
@@ -40,11 +39,12 @@ def register(sub: SubParsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the ensemble; print its members and the file's SHA-256."""
     from fedpath.ensemble import save_ensemble
+    from fedpath.models.pretrained import sha256_file
     from fedpath.utils.io import check_output_file
 
     check_output_file(args.out, "--out")
     meta = save_ensemble(args.out, args.members, args.threshold)
-    sha = hashlib.sha256(args.out.read_bytes()).hexdigest()
+    sha = sha256_file(args.out)
     out = console(False)  # the command's answer: printed even when quiet, as tables
     out.print(
         f"wrote {args.out}: an ensemble of {len(meta.members)} members "

@@ -120,17 +120,13 @@ def _figure(row: dict[str, str | None], line: int) -> Figure:
             f"column 'uid' is {uid!r}; expected an id of letters, digits, '_', "
             "'.' or '-' (it names the crop file)"
         )
-    flag = _value(row, "majority_atypical")
-    if flag.lower() not in (*_TRUE, *_FALSE):
-        raise DataError(
-            f"column 'majority_atypical' is {flag!r}; expected True or False"
-        )
+    atypical = _flag(row, "majority_atypical")
     votes = [_flag(row, c) for c in sorted(row) if c and _EXPERT.fullmatch(c)]
-    atypical = flag.lower() in _TRUE
     agree = sum(v == atypical for v in votes) / len(votes) if votes else None
     if agree is not None and agree < 0.5:
         raise DataError(
-            f"majority_atypical is {flag!r} but {sum(votes)} of {len(votes)} expert "
+            f"majority_atypical is {_value(row, 'majority_atypical')!r} but "
+            f"{sum(votes)} of {len(votes)} expert "
             "votes say atypical; expected the majority label to match the votes"
         )
     return Figure(

@@ -22,8 +22,10 @@ of one latent slide structure), plus the homogeneous reference (``*_same``).
 
 Methods: ``local`` (local_mil), ``fedhd``, ``mean_matching`` (FedHD's ``mode:
 mean``, FedWSIDD-style), ``fedhd_same`` / ``local_same`` (synthetic: every client
-in the dataset's space) and any other registered algorithm name, run with the
-clients' models and feature sets and its own defaults.
+in the dataset's space), ``pooled`` (``pooled_mil``: one model on every
+hospital's training slides in the dataset's space, not private) and any other
+registered algorithm name, run with the clients' models and feature sets and its
+own defaults. ``bench_fedhd_rendered.py`` runs these on FedHD's claim benchmark.
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ def variant(
         return ["algorithm.params.mode=mean"]
     if method == "fedhd_same":
         return ["algorithm.params.features={}", "algorithm.params.spaces=same"]
+    if method == "pooled":
+        return ["algorithm.params={}", "algorithm.name=pooled_mil"]
     if method == "local_same":
         return [
             "algorithm.params={}",

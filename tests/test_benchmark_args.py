@@ -142,3 +142,32 @@ def test_hetero_bench_gives_each_method_only_its_own_params(
     assert not any(o.startswith("algorithm.params.t") for o in local)
     assert "spaces" not in local[-1]  # local training has no spaces option
     assert hetero.variant("fedhd", base, over) == []  # the base config's own
+
+
+def test_rendered_bench_moves_every_feature_folder_and_pools_in_each_own_space(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    rendered = importlib.import_module("bench_fedhd_rendered")
+    common = rendered.base_overrides(tmp_path)
+    base = rendered.load_config(rendered.CONFIG, common)
+    assert base.data.root == str(tmp_path / "lite0")
+    roots = {k: v["root"] for k, v in base.algorithm.params["features"].items()}
+    assert roots == {
+        "hospital_1": str(tmp_path / "lite2"),
+        "hospital_2": str(tmp_path / "lite0_s5"),
+        "hospital_3": str(tmp_path / "lite2_s5"),
+    }
+    cfgs = dict(rendered.pooled_own_configs(common, tmp_path / "out"))
+    models = base.algorithm.params["models"]
+    assert sorted(cfgs) == sorted(models)
+    for domain, cfg in cfgs.items():
+        assert cfg.algorithm.name == "pooled_mil"
+        assert not any(cfg.algorithm.params.values())  # no features, no models
+        assert cfg.model.backbone == models[domain]
+        assert cfg.data.root == (roots.get(domain) or str(tmp_path / "lite0"))
+        assert cfg.output_dir == str(tmp_path / "out" / domain)
+    p0 = cfgs["hospital_0"].model.params
+    assert (p0["hidden"], p0["attn_dim"]) == (64, 32)  # its architecture's params
+    # the spec the benchmark renders is the one the config describes
+    assert rendered.SPEC.tumour == (0.04, 0.12) and rendered.SPEC.patches == 48

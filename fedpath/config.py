@@ -81,6 +81,7 @@ class ExperimentConfig(Checked):
     def validate(self) -> None:
         """Check the rules between sections (each section checks its own keys);
         the first broken rule fails, naming its key."""
+        self.evaluation.check_lodo(self.lodo)
         self._validate_run()
         self._validate_selection()
         self._validate_evaluation()

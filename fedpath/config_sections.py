@@ -206,12 +206,17 @@ class EvalConfig(Checked):
     - ``classifier``: the global model's predictions on the unseen target domain
       (and on each source's test split);
     - ``linear_probe``: self-supervised methods (FedAD): freeze the global encoder,
-      fit an L2 logistic regression on the target domain's train split (C chosen by
+      fit an L2 logistic regression on the target domain's train split (or on
+      ``probe_train``'s, below; C chosen by
       ``probe_folds``-fold cross-validation over ``probe_cs``, L-BFGS with
       ``probe_max_iter`` iterations), evaluate once on its test split.
       ``probe_l2``: null (that CV), or the paper's fixed L2 penalty (e.g. 1e-4)
       on the per-sample mean log-loss, fitted once with scikit-learn's
-      C = 1 / (n_train * probe_l2), no CV (:mod:`fedpath.evaluation.probe`);
+      C = 1 / (n_train * probe_l2), no CV (:mod:`fedpath.evaluation.probe`).
+      ``probe_train``: ``[]`` fits it on the target's train split (FedAD Sec.
+      5.5); a list of domains fits it on their train splits instead (Sec.
+      5.3.2), and they take no part in federated training
+      (:func:`fedpath.data.partition.lodo_plan`);
     - ``local``: each client evaluates the model it would deploy (its own, for
       FedHD and local training; else the global one) on its own test split and
       reports metrics only; with a held-out target the global model is evaluated
@@ -264,6 +269,7 @@ class EvalConfig(Checked):
         ),
     ] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0, 100.0])
     probe_l2: Annotated[float | None, Gt(0)] = None
+    probe_train: list[str] = field(default_factory=list)
     select_metric: Annotated[
         str,
         Check(
@@ -277,6 +283,26 @@ class EvalConfig(Checked):
     tta: Literal["none", "dihedral"] = "none"
     adapt_bn: bool = False
     swa_from: Annotated[int, Ge(0)] = 0
+
+    def validate(self) -> None:
+        require(
+            not self.probe_train or self.protocol == "linear_probe",
+            "probe_train",
+            "[] unless evaluation.protocol is 'linear_probe' (the domains the "
+            "linear probe is trained on)",
+            self.probe_train,
+        )
+        check_distinct({"probe_train": self.probe_train}, "evaluation", ["probe_train"])
+
+    def check_lodo(self, lodo: LodoConfig) -> None:
+        """``probe_train`` beside the LODO plan (its names are checked against
+        the data's domains by :func:`fedpath.data.partition.lodo_plan`)."""
+        require(
+            not self.probe_train or lodo.targets != "none",
+            "evaluation.probe_train",
+            "[] when lodo.targets is 'none' (no held-out domain to test the probe on)",
+            self.probe_train,
+        )
 
 
 def _is_device(name: str) -> bool:

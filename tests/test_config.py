@@ -335,3 +335,43 @@ def test_selection_keys_default_off() -> None:
         ],
     )
     assert on.partition.validation == 0.25 and on.runtime.export == "selected"
+
+
+PROBE = ["algorithm.name=fedad", "evaluation.protocol=linear_probe"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["evaluation.probe_train=[hospital_0]"],
+            r"'evaluation.probe_train': expected \[\] unless evaluation.protocol "
+            r"is 'linear_probe'",
+        ),
+        (  # named before the rule that a 'none' plan is judged locally
+            [*PROBE, "lodo.targets=none", "evaluation.probe_train=[hospital_0]"],
+            r"'evaluation.probe_train': expected \[\] when lodo.targets is 'none'",
+        ),
+        (
+            [
+                "evaluation.protocol=local",
+                "lodo.targets=none",
+                "evaluation.probe_train=[hospital_0]",
+            ],
+            r"'evaluation.probe_train': expected \[\] unless evaluation.protocol",
+        ),
+        (
+            [*PROBE, "evaluation.probe_train=[hospital_0,hospital_0]"],
+            r"'evaluation.probe_train': 'hospital_0' listed twice",
+        ),
+    ],
+)
+def test_probe_train_rules_name_the_key(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_probe_train_defaults_to_the_targets_own_split() -> None:
+    assert load_config(None, PROBE).evaluation.probe_train == []
+    cfg = load_config(None, [*PROBE, "evaluation.probe_train=[hospital_0]"])
+    assert cfg.evaluation.probe_train == ["hospital_0"]

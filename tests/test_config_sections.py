@@ -12,6 +12,7 @@ import pytest
 from fedpath.config import load_config
 from fedpath.config_sections import (
     EvalConfig,
+    LodoConfig,
     PartitionConfig,
     RuntimeConfig,
     TrainConfig,
@@ -27,6 +28,19 @@ def test_declared_constraints_name_the_sections_key() -> None:
         PartitionConfig(validation=0.5)  # half-open: [0, 0.5)
     with pytest.raises(ConfigError, match="'evaluation.swa_from'"):
         EvalConfig(swa_from=-1)
+
+
+def test_the_evaluation_sections_own_rules() -> None:
+    assert EvalConfig().probe_train == []
+    with pytest.raises(ConfigError, match="'evaluation.probe_train': expected"):
+        EvalConfig(probe_train=["a"])  # the classifier has no probe to train
+    with pytest.raises(ConfigError, match="'evaluation.probe_train': 'a' listed"):
+        EvalConfig(protocol="linear_probe", probe_train=["a", "b", "a"])
+    on = EvalConfig(protocol="linear_probe", probe_train=["a", "b"])
+    on.check_lodo(LodoConfig(targets=["c"]))
+    with pytest.raises(ConfigError, match="'evaluation.probe_train'.*'none'"):
+        on.check_lodo(LodoConfig(targets="none"))
+    EvalConfig(protocol="linear_probe").check_lodo(LodoConfig(targets="none"))
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:12"])

@@ -49,13 +49,25 @@ class LodoFold:
 
 
 def lodo_plan(
-    dataset: DomainDataset, targets: str | Sequence[str] = "all"
+    dataset: DomainDataset,
+    targets: str | Sequence[str] = "all",
+    probe_train: Sequence[str] = (),
 ) -> list[LodoFold]:
     """Every domain once as the unseen target (``"all"``), or the listed targets.
 
     ``"none"``: one fold in which every domain trains (target ``"none"``).
+    ``probe_train`` (``evaluation.probe_train``, FedAD Sec. 5.3.2): domains that
+    take no part in federated training: no fold has them among its sources, and
+    ``"all"`` holds out every *other* domain in turn; their data trains the
+    linear probe only (:func:`fedpath.runtime.evaluate.eval_splits`).
     """
     if targets == "none":
+        if probe_train:
+            raise ConfigError(
+                "config key 'evaluation.probe_train': expected [] when "
+                "lodo.targets is 'none' (no held-out domain to test the probe "
+                f"on), got {list(probe_train)}"
+            )
         return [LodoFold("none", list(dataset.domains))]
     if len(dataset.domains) < 2:
         raise ConfigError(
@@ -63,8 +75,13 @@ def lodo_plan(
             "domain; "
             "leave-one-domain-out needs at least 2"
         )
-    chosen = list(dataset.domains) if targets == "all" else list(targets)
-    if not chosen:
+    kept_out = set(probe_train)
+    chosen = (
+        [d for d in dataset.domains if d not in kept_out]
+        if targets == "all"
+        else list(targets)
+    )
+    if not chosen and targets != "all":  # "all" minus probe_train: checked below
         raise ConfigError("lodo.targets: expected 'all' or a non-empty list of domains")
     for t in chosen:
         if t not in dataset.domains:
@@ -72,7 +89,44 @@ def lodo_plan(
                 f"lodo.targets: domain {t!r} does not exist in dataset "
                 f"{dataset.name!r}; valid choices: {', '.join(dataset.domains)}"
             )
-    return [LodoFold(t, [d for d in dataset.domains if d != t]) for t in chosen]
+    _check_probe_train(dataset, chosen, probe_train)
+    return [
+        LodoFold(t, [d for d in dataset.domains if d != t and d not in kept_out])
+        for t in chosen
+    ]
+
+
+def _check_probe_train(
+    dataset: DomainDataset, targets: Sequence[str], probe_train: Sequence[str]
+) -> None:
+    """``evaluation.probe_train`` names domains of ``dataset``, none of them a
+    held-out target, and leaves every fold a source domain to train on."""
+    if not probe_train:
+        return
+    key = "config key 'evaluation.probe_train'"
+    valid = ", ".join(dataset.domains)
+    for d in probe_train:
+        if d not in dataset.domains:
+            raise ConfigError(
+                f"{key}: domain {d!r} does not exist in dataset {dataset.name!r}; "
+                f"expected domains of it, valid choices: {valid}"
+            )
+    for t in targets:
+        if t in probe_train:
+            raise ConfigError(
+                f"{key}: {t!r} is a held-out target (lodo.targets); expected "
+                "domains other than the targets (the probe is tested on the "
+                f"target's test split), got {list(probe_train)}"
+            )
+    others = [d for d in dataset.domains if d not in probe_train]
+    if len(others) < 2:
+        raise ConfigError(
+            f"{key}: {list(probe_train)} leave{' only' if others else ''} "
+            f"{others or 'no domain'} of dataset {dataset.name!r} for federated "
+            f"training; expected at most {max(len(dataset.domains) - 2, 0)} of "
+            f"its domains ({valid}), so that a held-out target and at least one "
+            "source domain to train on remain"
+        )
 
 
 def dirichlet_partition(

@@ -55,16 +55,27 @@ def eval_splits(
     """The splits a run evaluates on, keyed by (kind, domain).
 
     ``target``: the held-out domain (its ``lodo.eval_split``; for the linear probe
-    its test split, with its train split as ``probe_train``); ``source``: each
-    source domain's test split (``lodo.source_eval``). Empty when nothing is held
-    out (``lodo.targets: none``).
+    its test split); ``source``: each source domain's test split
+    (``lodo.source_eval``). Empty when nothing is held out (``lodo.targets:
+    none``).
+
+    ``probe_train`` (the linear probe's training data): the target's own train
+    split (FedAD Sec. 5.5, ``evaluation.probe_train: []``), or the train split of
+    each domain listed in ``evaluation.probe_train`` (Sec. 5.3.2: hospitals that
+    took no part in federated training, kept out of ``fold.sources`` by
+    :func:`fedpath.data.partition.lodo_plan`). Their train splits, not all of
+    their samples: the same labelled part that Sec. 5.5 fits on and that a
+    source domain trains on, so the two protocols differ only in *whose* train
+    split fits the probe; and no test split is ever fitted on, so a listed
+    hospital's test split can still score a run that holds that hospital out.
     """
     t = fold.target
     if t == "none":
         return {}
     if cfg.evaluation.protocol == "linear_probe":
+        fit_on = cfg.evaluation.probe_train or [t]
         return {
-            ("probe_train", t): dataset.split(t, "train"),
+            **{("probe_train", d): dataset.split(d, "train") for d in fit_on},
             ("target", t): dataset.split(t, "test"),
         }
     splits: Splits = {("target", t): dataset.split(t, cfg.lodo.eval_split)}
@@ -105,12 +116,24 @@ def evaluate_probe(
     seed: int,
     record: Record,
 ) -> dict[str, Any]:
-    """Freeze the global encoder; probe the target domain (FedAD, Section 5)."""
+    """Freeze the global encoder; probe the target domain (FedAD, Section 5).
+
+    The probe is fitted on the ``probe_train`` splits (pooled, in the order of
+    ``splits``; see :func:`eval_splits`) and tested on the target's. With
+    ``evaluation.probe_train`` set, the metrics carry ``probe_train``, the
+    domains it was fitted on (Sec. 5.3.2), so that a table can tell the two
+    protocols apart; without it (Sec. 5.5) they are as they always were.
+    """
     from fedpath.evaluation.probe import linear_probe
 
     (t,) = {d for kind, d in splits if kind == "target"}
-    train, test = splits[("probe_train", t)], splits[("target", t)]
+    fit_on = [d for kind, d in splits if kind == "probe_train"]
+    train = Split.concat([splits[("probe_train", d)] for d in fit_on])
+    test = splits[("target", t)]
     ev = cfg.evaluation
+    where = f"domain {t!r} (lodo target)"
+    if ev.probe_train:
+        where += f", probe trained on {', '.join(map(repr, fit_on))}"
     metrics = linear_probe(
         task.encode(model, train),
         train.labels,
@@ -121,8 +144,10 @@ def evaluate_probe(
         cs=ev.probe_cs,
         l2=ev.probe_l2,
         seed=seed,
-        where=f"domain {t!r} (lodo target)",
+        where=where,
     )
+    if ev.probe_train:
+        metrics = {**metrics, "probe_train": fit_on}
     record("target", t, metrics)
     return dict(metrics)
 

@@ -80,6 +80,38 @@ def test_lodo_plans() -> None:
         lodo_plan(ds, ["d9"])
 
 
+def test_probe_train_domains_are_no_source_and_no_target_of_any_fold() -> None:
+    ds = toy_dataset(domains=5)
+    plan = lodo_plan(ds, ["d4"], probe_train=["d0", "d1"])
+    assert [(f.target, f.sources) for f in plan] == [("d4", ["d2", "d3"])]
+    # "all" holds out every domain that is not the probe's, in turn
+    plan = lodo_plan(ds, "all", probe_train=["d1", "d3"])
+    assert [(f.target, f.sources) for f in plan] == [
+        ("d0", ["d2", "d4"]),
+        ("d2", ["d0", "d4"]),
+        ("d4", ["d0", "d2"]),
+    ]
+    # none listed: the plan of old
+    assert lodo_plan(ds, "all", probe_train=[]) == lodo_plan(ds)
+
+
+@pytest.mark.parametrize(
+    ("targets", "probe_train", "message"),
+    [
+        (["d2"], ["d0", "d9"], r"domain 'd9' does not exist .*: d0, d1, d2\b"),
+        (["d2"], ["d0", "d2"], r"'d2' is a held-out target"),
+        (["d2"], ["d0", "d1"], r"leave only \['d2'\] .*expected at most 1 of"),
+        ("all", ["d0", "d1", "d2"], r"leave no domain .*expected at most 1 of"),
+        ("none", ["d0"], r"expected \[\] when lodo.targets is 'none'"),
+    ],
+)
+def test_bad_probe_train_names_the_key(
+    targets: str | list[str], probe_train: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match="'evaluation.probe_train': .*" + message):
+        lodo_plan(toy_dataset(), targets, probe_train)
+
+
 def test_make_clients_two_per_domain() -> None:
     ds = toy_dataset(per_domain=30)
     clients = make_clients(ds, ["d0", "d1"], PartitionConfig(2, 0.5), seed=0)

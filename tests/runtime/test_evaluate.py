@@ -13,7 +13,7 @@ from torch import nn
 
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.data.base import DomainDataset, Split
-from fedpath.data.partition import LodoFold
+from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.runtime.evaluate import (
     EvalModel,
     eval_splits,
@@ -81,6 +81,34 @@ def test_the_linear_probe_trains_on_the_target_train_split(tmp_path: Path) -> No
     assert list(splits) == [("probe_train", "hospital_2"), ("target", "hospital_2")]
     assert _same(splits[("probe_train", "hospital_2")], ds.split("hospital_2", "train"))
     assert _same(splits[("target", "hospital_2")], ds.split("hospital_2", "test"))
+
+
+PROBE_ON_TWO = [
+    "algorithm.name=fedavg_ssl",
+    "evaluation.protocol=linear_probe",
+    "data.params.num_hospitals=4",
+    "lodo.targets=[hospital_3]",
+    "evaluation.probe_train=[hospital_0,hospital_1]",
+]
+
+
+def test_the_probe_trains_on_the_listed_domains_which_do_not_train(
+    tmp_path: Path,
+) -> None:
+    """Sec. 5.3.2: fitted on two hospitals out of the federation, tested on a
+    third; the target's own train split is not used."""
+    cfg, ds = _setup(tmp_path, *PROBE_ON_TWO)
+    (fold,) = lodo_plan(ds, cfg.lodo.targets, cfg.evaluation.probe_train)
+    assert fold.sources == ["hospital_2"]  # the only one that trains
+    splits = eval_splits(cfg, ds, fold)
+    assert list(splits) == [
+        ("probe_train", "hospital_0"),
+        ("probe_train", "hospital_1"),
+        ("target", "hospital_3"),
+    ]
+    for d in ("hospital_0", "hospital_1"):
+        assert _same(splits[("probe_train", d)], ds.split(d, "train"))
+    assert _same(splits[("target", "hospital_3")], ds.split("hospital_3", "test"))
 
 
 class FakeTask:
@@ -156,6 +184,8 @@ def test_evaluate_probe_fits_on_the_frozen_target_features(
         7,
         lambda k, d, m: lines.append((k, d)),
     )
+    # probe_train: [] is Sec. 5.5, the metrics as they always were
+    assert cfg.evaluation.probe_train == []
     assert out == {"accuracy": 0.5} and lines == [("target", "hospital_2")]
     train, test = ds.split("hospital_2", "train"), ds.split("hospital_2", "test")
     train_x, train_y, test_x, test_y = seen["args"]
@@ -171,6 +201,47 @@ def test_evaluate_probe_fits_on_the_frozen_target_features(
         "seed": 7,
         "where": "domain 'hospital_2' (lodo target)",
     }
+
+
+def test_evaluate_probe_fits_on_the_listed_domains_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedpath.evaluation.probe as probe
+
+    cfg, ds = _setup(tmp_path, *PROBE_ON_TWO)
+    (fold,) = lodo_plan(ds, cfg.lodo.targets, cfg.evaluation.probe_train)
+    seen: dict[str, Any] = {}
+
+    def fake_probe(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.update(args=args, kwargs=kwargs)
+        return {"accuracy": 0.5}
+
+    monkeypatch.setattr(probe, "linear_probe", fake_probe)
+    lines: list[tuple[str, str, dict[str, Any]]] = []
+    out = evaluate_probe(
+        cast(Task, FakeTask({})),
+        nn.Identity(),
+        eval_splits(cfg, ds, fold),
+        cfg,
+        7,
+        lambda k, d, m: lines.append((k, d, dict(m))),
+    )
+    # the protocol is in the metrics: a table can tell the two apart
+    assert out == {"accuracy": 0.5, "probe_train": ["hospital_0", "hospital_1"]}
+    assert lines == [("target", "hospital_3", out)]
+    fit_on = [ds.split(d, "train") for d in ("hospital_0", "hospital_1")]
+    test = ds.split("hospital_3", "test")
+    train_x, train_y, test_x, test_y = seen["args"]
+    # every train feature is a sample of the two listed domains' train splits
+    assert len(train_x) == sum(len(s) for s in fit_on)
+    assert np.array_equal(train_x[:, 0], np.concatenate([s.indices for s in fit_on]))
+    assert set(ds.domain_of[train_x[:, 0].astype(int)]) == {"hospital_0", "hospital_1"}
+    assert np.array_equal(train_y, np.concatenate([s.labels for s in fit_on]))
+    assert np.array_equal(test_x[:, 0], test.indices)
+    assert np.array_equal(test_y, test.labels)
+    assert seen["kwargs"]["where"] == (
+        "domain 'hospital_3' (lodo target), probe trained on 'hospital_0', 'hospital_1'"
+    )
 
 
 def test_summarize_clients_is_the_unweighted_mean_of_numbers() -> None:

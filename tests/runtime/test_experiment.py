@@ -57,6 +57,38 @@ def test_the_plan_is_every_fold_times_every_seed_fold_first(tmp_path: Path) -> N
     ]
 
 
+def test_a_probe_on_two_unseen_hospitals_end_to_end(tmp_path: Path) -> None:
+    """FedAD Sec. 5.3.2 (``evaluation.probe_train``): hospitals 0 and 1 only fit
+    the probe, hospital 2 alone trains, hospital 3's test split scores."""
+    from tests.ssl_helpers import ssl_cfg
+
+    probe_on = ["hospital_0", "hospital_1"]
+    cfg = ssl_cfg(
+        tmp_path,
+        "fedad",
+        "data.params.num_hospitals=4",
+        "lodo.targets=[hospital_3]",
+        "evaluation.protocol=linear_probe",
+        "evaluation.probe_folds=2",
+        f"evaluation.probe_train=[{','.join(probe_on)}]",
+        "runtime.threads=1",
+    )
+    ds = load_dataset(cfg.data)
+    assert [(f.target, f.sources) for f, _ in plan_runs(cfg, ds)] == [
+        ("hospital_3", ["hospital_2"])
+    ]
+    (record,) = run_experiment(cfg)
+    run = run_dir_for(cfg, "hospital_3", 0)
+    target = json.loads((run / "final.json").read_text())["evaluation"]["target"]
+    assert target == record["evaluation"]["target"]
+    assert target["probe_train"] == probe_on
+    assert target["n_train"] == sum(len(ds.split(d, "train")) for d in probe_on)
+    assert target["n"] == len(ds.split("hospital_3", "test"))
+    # no client of the probe's hospitals took part in any stage of training
+    traffic = [json.loads(x) for x in (run / "traffic.jsonl").read_text().splitlines()]
+    assert traffic and {t["client"].split("/")[0] for t in traffic} == {"hospital_2"}
+
+
 def test_run_experiment_runs_the_plan_in_order_with_one_config_hash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

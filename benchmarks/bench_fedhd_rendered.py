@@ -105,7 +105,7 @@ def pooled_own(common: list[str], out: Path) -> list[ResultRow]:
     rows: list[ResultRow] = []
     for domain, cfg in pooled_own_configs(common, out):
         if len(finished(out / domain)) < len(cfg.seeds):
-            run_experiment(cfg)
+            run_experiment(cfg, resume=True)
         rows += [
             r
             for r in collect_rows([out / domain], "clients")
@@ -144,7 +144,7 @@ def main() -> None:
                 CONFIG, [*common, *over, f"output_dir={out}", f"label={method}"]
             )
             if len(finished(out)) < len(cfg.seeds):  # else: reuse
-                run_experiment(cfg, dataset=dataset)
+                run_experiment(cfg, resume=True, dataset=dataset)
             got = collect_rows([out], "clients")
         rows[method] = [replace(r, method=method) for r in got]
         for r in got:

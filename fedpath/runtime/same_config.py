@@ -3,8 +3,8 @@
 ``--resume`` hands back a finished run's results and continues an interrupted
 run from its checkpoint; both are refused when the config changed since (naming
 the keys that differ, from the run's ``config.yaml``), except for options added to
-fedpath after the run, at their defaults: a new option's default keeps the
-behaviour the run had.
+fedpath after the run, at their defaults (a new option's default keeps the
+behaviour the run had), and ``seeds`` (a run is one of them).
 """
 
 from __future__ import annotations
@@ -53,15 +53,24 @@ def only_added_at_default(run_dir: Path, cfg: ExperimentConfig) -> bool:
     return _only_added(run_dir, *_differing_keys(run_dir / "config.yaml", cfg))
 
 
+#: keys of the experiment, not of one run: a run is one seed of ``seeds``, so
+#: asking for more or fewer seeds changes no run that is asked for again
+PER_EXPERIMENT_KEYS = ("seeds",)
+
+
 def _only_added(run_dir: Path, keys: list[str], added: set[str]) -> bool:
-    """True (logged) when the differing ``keys`` are all ``added`` ones."""
-    if not keys or not set(keys) <= added:
+    """True (logged) when the differing ``keys`` are all ``added`` ones or
+    :data:`PER_EXPERIMENT_KEYS`."""
+    rest = [k for k in keys if k not in PER_EXPERIMENT_KEYS]
+    if not keys or not set(rest) <= added:
         return False
     log.info(
-        "%s: options added to fedpath since it ran (%s) are at their defaults; "
-        "its results stand",
+        "%s: it ran with other %s; its results stand",
         run_dir,
-        ", ".join(keys),
+        ", ".join(
+            [k for k in keys if k in PER_EXPERIMENT_KEYS]
+            + [f"{k} (added to fedpath since, at its default)" for k in rest]
+        ),
     )
     return True
 

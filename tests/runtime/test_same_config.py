@@ -35,3 +35,19 @@ def test_an_option_added_since_the_run_at_its_default_keeps_its_results(
     assert load_checkpoint(tmp_path, cfg.hash(), cfg) is not None
     with pytest.raises(ResumeError, match="different config"):
         load_checkpoint(tmp_path, both.hash(), both)
+
+
+def test_asking_for_other_seeds_keeps_a_finished_seed_but_not_other_changes(
+    tmp_path: Path,
+) -> None:
+    cfg = load_config(None, [*tiny_overrides(tmp_path), "seeds=[0,1,2,3,4]"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    final = {"config_hash": cfg.hash()}
+    fewer = cfg.replace(seeds=[0, 1])
+    assert fewer.hash() != cfg.hash()
+    check_same_config(tmp_path, final, fewer, fewer.hash())  # the run stands
+    save_checkpoint(tmp_path, _ckpt(), cfg.hash(), "t", 0)
+    assert load_checkpoint(tmp_path, fewer.hash(), fewer) is not None
+    both = fewer.replace(**{"train.lr": 0.5})
+    with pytest.raises(ResumeError, match=r"differing keys: seeds, train.lr\)"):
+        check_same_config(tmp_path, final, both, both.hash())

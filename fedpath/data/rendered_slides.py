@@ -42,7 +42,11 @@ import numpy as np
 import torch
 
 from fedpath.data.base import DataError
-from fedpath.data.synthetic_render import make_hospital_profiles, render_patches
+from fedpath.data.synthetic_render import (
+    CLASS_NAMES,
+    make_hospital_profiles,
+    render_patches,
+)
 from fedpath.utils.progress import Reporter
 
 __all__ = ["EXTRACTORS", "RenderedSlides", "slide_plan", "write_rendered_bags"]
@@ -55,7 +59,6 @@ EXTRACTORS: dict[str, tuple[str, int]] = {
     "lite2": ("efficientnet_lite2", 7),
     "lite2_s5": ("efficientnet_lite2", 5),
 }
-CLASSES = ("normal", "tumour")
 _BATCH = 64
 
 
@@ -218,7 +221,7 @@ def write_rendered_bags(
                         fh.attrs["input_size"] = spec.image_size
             rep.advance_job(len(pixels), profile.name)
         rows += [
-            [_slide_id(spec, h, s), CLASSES[int(labels[s])], profile.name]
+            [_slide_id(spec, h, s), CLASS_NAMES[int(labels[s])], profile.name]
             for s in range(spec.slides)
         ]
     for e in todo:

@@ -61,14 +61,21 @@ def write_folder_tree(root: Path, per_domain: int = 12, size: int = 40) -> Path:
     return root
 
 
-def write_wilds_tree(root: Path, per_center: int = 8, size: int = 48) -> Path:
-    """A fake camelyon17_v1.0 folder: metadata.csv + patches/ (5 centers)."""
+def write_wilds_tree(
+    root: Path, per_center: int = 8, size: int = 48, mixed: bool = False
+) -> Path:
+    """A fake camelyon17_v1.0 folder: metadata.csv + patches/ (5 centers).
+
+    Two slides per center, each of one class; ``mixed``: three slides per
+    center, each holding both classes (as a real slide's patches do), so a
+    split by slide keeps both classes on each side."""
     base = root / "camelyon17_v1.0"
     rows = []
     for center in range(5):
         imgs, labels = _patches(per_center, center % 3, size)
         for i, (img, y) in enumerate(zip(imgs, labels, strict=True)):
-            patient, node = 10 * center + i % 2, i % 2
+            k = (i // 2) % 3 if mixed else i % 2  # the slide within the center
+            patient, node = 10 * center + k, k
             x, yy = 32 * i, 64 * center
             folder = f"patient_{patient:03d}_node_{node}"
             _save(img, base / "patches" / folder / f"patch_{folder}_x_{x}_y_{yy}.png")
@@ -80,7 +87,7 @@ def write_wilds_tree(root: Path, per_center: int = 8, size: int = 48) -> Path:
                     "x_coord": x,
                     "y_coord": yy,
                     "tumor": int(y),
-                    "slide": 2 * center + i % 2,
+                    "slide": (3 if mixed else 2) * center + k,
                     "center": center,
                     "split": int(i % 4 == 0),
                 }

@@ -194,7 +194,8 @@ def _verdict(
                 f"{head}; it excludes 0, but the paired test does not reject with "
                 f"{d.size} units (p = {p:.3g})"
             )
-        return f"{head}, so any difference is within {max(-lo, hi):.2f} points of 0"
+        bound = abs(max(-lo, hi))  # abs: no "-0.00" when every unit ties
+        return f"{head}, so any difference is within {bound:.2f} points of 0"
     tail = f"; about {more} more units would resolve a difference of {target:.2f}"
     if not effect and observed < MIN_EFFECT:
         tail += f" (the observed {observed:.2f} is smaller)"

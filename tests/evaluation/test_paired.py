@@ -120,6 +120,13 @@ def test_a_difference_inside_a_narrow_interval_says_it_is_small() -> None:
     assert "more units" not in c.verdict
 
 
+def test_units_that_all_tie_are_within_zero_points_not_minus_zero() -> None:
+    base = {(f"h{i}", 0): 0.5 for i in range(6)}
+    c = compare(_rows("m", base) + _rows("b", base), "m", "b", "acc")
+    assert c.ci == (0.0, 0.0) and c.mean == 0.0
+    assert c.verdict.endswith("so any difference is within 0.00 points of 0")
+
+
 def test_an_interval_off_zero_without_a_significant_test_says_so() -> None:
     # 4 units all below: the bootstrap interval excludes 0, the exact sign-flip
     # test cannot reject with 4 units (its smallest p is 0.125)

@@ -171,3 +171,30 @@ def test_rendered_bench_moves_every_feature_folder_and_pools_in_each_own_space(
     assert (p0["hidden"], p0["attn_dim"]) == (64, 32)  # its architecture's params
     # the spec the benchmark renders is the one the config describes
     assert rendered.SPEC.tumour == (0.04, 0.12) and rendered.SPEC.patches == 48
+
+
+def test_fedad_claim_roles_keep_training_probe_and_test_hospitals_apart(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each role set of the FedAD claim benchmark: three hospitals train (K = 6
+    clients), two others fit the probe, a sixth tests it; every hospital is
+    held out once at most, and every method runs the same four role sets."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench = importlib.import_module("bench_fedad_claim")
+    cfgs = bench.role_configs("fedad", tmp_path, ["seeds=[0]"])
+    targets = [c.lodo.targets[0] for c in cfgs]
+    assert len(set(targets)) == len(cfgs) == 4
+    for cfg in cfgs:
+        probe = set(cfg.evaluation.probe_train)
+        hospitals = {f"hospital_{i}" for i in range(cfg.data.params["num_hospitals"])}
+        sources = hospitals - probe - set(cfg.lodo.targets)
+        assert len(probe) == 2 and len(sources) == 3
+        assert len(sources) * cfg.partition.clients_per_domain == 6
+        assert cfg.algorithm.name == "fedad" and cfg.method == "fedad"
+    base = bench.role_configs("fedavg_ssl", tmp_path, [])
+    assert [c.lodo.targets for c in base] == [c.lodo.targets for c in cfgs]
+    assert [c.evaluation.probe_train for c in base] == [
+        c.evaluation.probe_train for c in cfgs
+    ]
+    with pytest.raises(SystemExit):
+        bench.main(["--methods", "fedad_plus", "--out", str(tmp_path)])

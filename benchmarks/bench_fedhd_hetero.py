@@ -31,7 +31,6 @@ own defaults. ``bench_fedhd_rendered.py`` runs these on FedHD's claim benchmark.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -48,6 +47,7 @@ from _common import amibr_root, run_wall, setup_threads, split_overrides
 
 from fedpath.algorithms import ALGORITHMS
 from fedpath.config import ExperimentConfig, ModelConfig, load_config
+from fedpath.data.rendered_slides import write_bag_h5, write_slides_csv
 from fedpath.evaluation.tables import ResultRow
 from fedpath.mil.bags import BagDataset, SlideBag
 from fedpath.models.backbones import build_model
@@ -120,18 +120,9 @@ def build_bags(amibr: str, bags: Path) -> None:
         for (dom, slide), idx in members.items():
             sid = f"{dom}_{slide}".replace("/", "_")
             label = int(any(ds.labels[i] == 1 for i in idx))
-            with h5py.File(out / "h5_files" / f"{sid}.h5", "w") as fh:
-                fh.create_dataset("features", data=feats[idx].astype(np.float32))
-                fh.attrs["backbone"] = backbone
-                fh.attrs["encoder_sha256"] = sha
-                fh.attrs["input_size"] = 128
+            write_bag_h5(out / "h5_files" / f"{sid}.h5", feats[idx], backbone, sha, 128)
             rows.append([sid, ["normal", "atypical"][label], dom])
-        tmp = out / "slides.csv.tmp"
-        with tmp.open("w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["slide_id", "label", "domain"])
-            w.writerows(rows)
-        tmp.rename(out / "slides.csv")
+        write_slides_csv(out, rows)
         pos = sum(r[1] == "atypical" for r in rows)
         print(f"{name}: {len(rows)} slide bags ({pos} atypical) -> {out}")
     # sanity: the split clam_bags will draw (same ids in every folder)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -212,23 +213,38 @@ def write_rendered_bags(
                 strict=True,
             ):
                 stage = EXTRACTORS[name][1]
+                tag = b if stage == 7 else f"{b}:stage{stage}"
                 for s in range(spec.slides):
                     path = folders[name] / "h5_files" / f"{_slide_id(spec, h, s)}.h5"
-                    with h5py.File(path, "w") as fh:
-                        fh.create_dataset("features", data=z[slide_of == s])
-                        fh.attrs["backbone"] = b if stage == 7 else f"{b}:stage{stage}"
-                        fh.attrs["encoder_sha256"] = sha
-                        fh.attrs["input_size"] = spec.image_size
+                    write_bag_h5(path, z[slide_of == s], tag, sha, spec.image_size)
             rep.advance_job(len(pixels), profile.name)
         rows += [
             [_slide_id(spec, h, s), CLASS_NAMES[int(labels[s])], profile.name]
             for s in range(spec.slides)
         ]
     for e in todo:
-        tmp = folders[e] / "slides.csv.tmp"
-        with tmp.open("w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["slide_id", "label", "domain"])
-            w.writerows(rows)
-        tmp.replace(folders[e] / "slides.csv")
+        write_slides_csv(folders[e], rows)
     return folders
+
+
+def write_bag_h5(
+    path: Path, features: np.ndarray, backbone: str, sha: str, input_size: int
+) -> None:
+    """One slide's bag in CLAM's layout (``features``), with the extractor that
+    wrote it (``backbone``, ``encoder_sha256``, ``input_size`` attributes)."""
+    with h5py.File(path, "w") as fh:
+        fh.create_dataset("features", data=np.asarray(features, dtype=np.float32))
+        fh.attrs["backbone"] = backbone
+        fh.attrs["encoder_sha256"] = sha
+        fh.attrs["input_size"] = input_size
+
+
+def write_slides_csv(folder: Path, rows: Sequence[Sequence[str]]) -> None:
+    """``folder/slides.csv`` (``slide_id,label,domain``), written to a temporary
+    file and renamed: a folder with a ``slides.csv`` is a finished one."""
+    tmp = folder / "slides.csv.tmp"
+    with tmp.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["slide_id", "label", "domain"])
+        w.writerows(rows)
+    tmp.replace(folder / "slides.csv")

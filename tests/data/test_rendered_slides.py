@@ -17,7 +17,9 @@ from fedpath.data.rendered_slides import (
     RenderedSlides,
     embed,
     slide_plan,
+    write_bag_h5,
     write_rendered_bags,
+    write_slides_csv,
 )
 from fedpath.data.synthetic_render import make_hospital_profiles, render_patches
 from fedpath.mil.bags import load_clam_bags
@@ -143,3 +145,28 @@ def test_a_finished_folder_is_kept_and_another_specs_is_refused(tmp_path: Path) 
 def test_an_unknown_extractor_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="unknown extractor.*resnet.*expected"):
         write_rendered_bags(tmp_path, RenderedSlides(), ["resnet"])
+
+
+def test_a_written_folder_reads_back_as_clam_bags(tmp_path: Path) -> None:
+    """write_bag_h5 + write_slides_csv give a folder clam_bags reads: the same
+    features, labels and domains, the extractor recorded in each file."""
+    (tmp_path / "h5_files").mkdir()
+    rng = np.random.default_rng(0)
+    feats = {f"s{i}": rng.normal(size=(5 + i, 3)) for i in range(4)}
+    rows = []
+    for i, (sid, z) in enumerate(feats.items()):
+        write_bag_h5(tmp_path / "h5_files" / f"{sid}.h5", z, "lite0", "ab" * 32, 96)
+        rows.append([sid, ["normal", "tumour"][i % 2], f"h{i // 2}"])
+    write_slides_csv(tmp_path, rows)
+    assert not (tmp_path / "slides.csv.tmp").exists()
+    data = load_clam_bags(tmp_path, tmp_path / "slides.csv", embedding_space="x")
+    got = {b.slide_id: b for b in data}
+    assert sorted(got) == sorted(feats)
+    for i, (sid, z) in enumerate(feats.items()):
+        assert torch.allclose(
+            got[sid].features, torch.as_tensor(z, dtype=torch.float32)
+        )
+        assert data.classes[got[sid].label] == ["normal", "tumour"][i % 2]
+        assert got[sid].domain == f"h{i // 2}"
+    with h5py.File(tmp_path / "h5_files" / "s0.h5") as fh:
+        assert fh.attrs["backbone"] == "lite0" and fh.attrs["input_size"] == 96

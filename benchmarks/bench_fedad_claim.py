@@ -19,7 +19,6 @@ A ``key=value`` after ``--methods`` overrides every run's config.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -91,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in args.methods if m not in VARIANTS]
     if unknown:
         ap.error(f"unknown method {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
-    os.environ.setdefault("FEDPATH_QUIET", "1")
     setup_threads()
     for method in args.methods:
         for i, cfg in enumerate(role_configs(method, args.out, args.overrides)):

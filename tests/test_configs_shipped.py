@@ -59,6 +59,12 @@ def test_fedhd_and_fedad_paper_tables_match_the_papers() -> None:
         assert cfg.lodo.targets == "none" and cfg.data.name == "clam_bags"
         models = cfg.algorithm.params["models"]
         assert len(set(models.values())) > 1  # a different MIL model somewhere
+        transmil = cfg.algorithm.params["model_params"]["transmil"]
+        assert (transmil["hidden"], transmil["heads"], transmil["landmarks"]) == (
+            512,
+            8,
+            256,
+        )  # TransMIL's paper sizes, not fedpath's CPU defaults
     c16 = load_config(ROOT / "configs" / "paper" / "fedhd_camelyon16.yaml")
     pairs = {"radboud": "clam_sb", "utrecht": "transmil"}  # C1 CLAM, C2 TransMIL
     assert c16.algorithm.params["models"] == pairs

@@ -129,7 +129,9 @@ def _shape(configs: Sequence[ExperimentConfig], first_domains: Sequence[str]) ->
     head = configs[0]
     if _per_client(head):
         return f"{len(first_domains)} hospitals evaluated on their own test slides"
-    targets = first_domains if head.lodo.targets == "all" else head.lodo.targets
+    probe = set(head.evaluation.probe_train)  # fit the probe, never held out
+    every = [d for d in first_domains if d not in probe]
+    targets = every if head.lodo.targets == "all" else head.lodo.targets
     return plural(len(targets), "unseen domain")
 
 

@@ -78,6 +78,23 @@ def test_suite_status_prints_its_shape_even_when_quiet(
     assert not (tmp_path / "st").exists()
 
 
+def test_a_suite_header_does_not_count_the_probe_hospitals_as_unseen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # FedAD Sec. 5.3.2: hospital_0 fits the probe and is never held out, so
+    # 'targets: all' over 4 hospitals holds out 3, as lodo_plan does
+    base = tmp_path / "base.yaml"
+    base.write_text(
+        "name: pt\nlodo:\n  targets: all\nalgorithm:\n  name: fedavg_ssl\n"
+        "evaluation:\n  protocol: linear_probe\n  probe_train: [hospital_0]\n"
+    )
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("description: probe\nbase: base.yaml\nvariants:\n  a: []\n")
+    over = tiny_overrides(tmp_path, "data.params.num_hospitals=4")
+    assert main(["suite", str(suite), *over, "--status", "-q"]) == 0
+    assert "probe: 1 method x 3 unseen domains x 1 seed" in capsys.readouterr().out
+
+
 def test_a_suite_whose_sources_have_no_test_split_still_ends_well(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

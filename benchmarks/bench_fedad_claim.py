@@ -84,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("runs/claims"))
     ap.add_argument("--methods", nargs="+", default=["fedavg_ssl", "fedprox_ssl"])
     ap.add_argument("--baseline", default="fedavg_ssl")
+    ap.add_argument(
+        "--roles",
+        nargs="+",
+        type=int,
+        help="run only these role sets (1-4; default all): two processes can "
+        "share a method's runs without running the same one",
+    )
     ap.add_argument("overrides", nargs="*", default=[])
     args = ap.parse_args(argv)
     split_overrides(args, ("methods",))
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_threads()
     for method in args.methods:
         for i, cfg in enumerate(role_configs(method, args.out, args.overrides)):
+            if args.roles and i + 1 not in args.roles:
+                continue
             print(
                 f"{method}: role set {i + 1}/{len(ROLES)}", file=sys.stderr, flush=True
             )

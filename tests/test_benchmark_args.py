@@ -198,3 +198,29 @@ def test_fedad_claim_roles_keep_training_probe_and_test_hospitals_apart(
     ]
     with pytest.raises(SystemExit):
         bench.main(["--methods", "fedad_plus", "--out", str(tmp_path)])
+
+
+def test_fedad_claim_runs_only_the_role_sets_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench = importlib.import_module("bench_fedad_claim")
+    ran: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(
+        bench,
+        "run_experiment",
+        lambda cfg, resume: ran.append((cfg.method, cfg.lodo.targets)),
+    )
+    monkeypatch.setattr(bench, "fedpath", lambda argv: 0)
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--roles",
+        "2",
+        "4",
+        "--methods",
+        "fedad",
+        "seeds=[0]",
+    ]
+    assert bench.main(argv) == 0
+    assert ran == [("fedad", [bench.ROLES[1][0]]), ("fedad", [bench.ROLES[3][0]])]

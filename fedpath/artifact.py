@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from fedpath.config import ModelConfig
+from fedpath.data.files import centre_box
 from fedpath.errors import ArtifactError
 from fedpath.model_file import (
     CLASS_NAMES,
@@ -46,7 +47,7 @@ from fedpath.model_file import (
 )
 from fedpath.models.backbones import build_model
 from fedpath.models.tta import dihedral_views
-from fedpath.schema import Check, Checked, Ge, Gt, Probability
+from fedpath.schema import Check, Checked, Ge, Gt, Probability, Range
 from fedpath.version import __version__
 
 #: the largest image side a model file may ask for (larger: a damaged header,
@@ -97,6 +98,9 @@ class ModelMeta(Checked):
     mean: Mean
     std: Std
     resize: str = "bilinear, antialiased, to image_size x image_size (aspect not kept)"
+    #: the central 1/zoom of each image's side is kept before resizing
+    #: (``data.params.zoom`` of the run; 1: the whole image, older files too)
+    zoom: Annotated[float, Range(1.0, 8.0)] = 1.0
     fedpath_version: str = __version__
     format: int = FORMAT
     config_hash: str = ""
@@ -215,7 +219,8 @@ class LoadedModel(LoadedFile[ModelMeta]):
         """Images -> float (B, 3, S, S) in [0, 1], resized like training did.
 
         Accepts a uint8 or float tensor (B, 3, H, W) (float in [0, 1]), or a list of
-        PIL images / HxWx3 uint8 arrays.
+        PIL images / HxWx3 uint8 arrays; with ``zoom`` in the file, the central
+        1/zoom of each image is kept first, as training's loader did.
         """
         from PIL import Image
 
@@ -226,6 +231,11 @@ class LoadedModel(LoadedFile[ModelMeta]):
             if x.ndim != 4 or x.shape[1] != 3:
                 raise ValueError(f"expected images (B, 3, H, W), got {tuple(x.shape)}")
             x = x.float().div(255.0) if x.dtype == torch.uint8 else x.float()
+            if self.meta.zoom != 1.0:
+                left, top, right, bottom = centre_box(
+                    (x.shape[-1], x.shape[-2]), self.meta.zoom
+                )
+                x = x[..., top:bottom, left:right]
             if x.shape[-2:] != (self.image_size, self.image_size):
                 x = torch.nn.functional.interpolate(
                     x,
@@ -239,6 +249,8 @@ class LoadedModel(LoadedFile[ModelMeta]):
         for im in images:
             pil = im if isinstance(im, Image.Image) else Image.fromarray(np.asarray(im))
             pil = pil.convert("RGB")
+            if self.meta.zoom != 1.0:
+                pil = pil.crop(centre_box(pil.size, self.meta.zoom))
             if pil.size != (self.image_size, self.image_size):
                 pil = pil.resize(
                     (self.image_size, self.image_size),

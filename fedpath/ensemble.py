@@ -11,10 +11,10 @@ its members' probabilities; ``fedpath evaluate``, ``predict`` and ``adapt-bn``
 use an ensemble file like any image model file.
 
 Members must agree on what an input is: the class names and their order, the
-input size and resizing, and the colour normalization; a disagreement is an
-error naming the member, the field and both values. The members' operating
-points are not carried over (thresholds of different models do not average);
-the ensemble gets its own with ``--threshold`` (two classes).
+input size, resizing and centre zoom, and the colour normalization; a
+disagreement is an error naming the member, the field and both values. The
+members' operating points are not carried over (thresholds of different models
+do not average); the ensemble gets its own with ``--threshold`` (two classes).
 
 Cost at prediction: one forward pass per member and per test-time view, so an
 ensemble of N members costs N times one member (``benchmarks/bench_ensemble.py``
@@ -44,6 +44,7 @@ SHARED = (
     ("class_names", "class names (and their order)"),
     ("image_size", "input size"),
     ("resize", "resizing"),
+    ("zoom", "centre zoom (data.params.zoom)"),
     ("mean", "colour normalization (mean)"),
     ("std", "colour normalization (std)"),
 )
@@ -183,6 +184,7 @@ def make_ensemble(
         mean=list(first.mean),
         std=list(first.std),
         resize=first.resize,
+        zoom=first.zoom,
         method="ensemble of " + ", ".join(sorted({m.method or "?" for m in metas})),
         trained_on=trained,
         held_out=_common([m.held_out for m in metas], ""),

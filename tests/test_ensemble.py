@@ -76,6 +76,7 @@ def test_an_ensembles_operating_point_decides_on_the_mean(tmp_path: Path) -> Non
         ({"image_size": SIZE * 2}, "input size image_size=32"),
         ({"mean": [0.4, 0.5, 0.5]}, "colour normalization (mean)"),
         ({"std": [0.3, 0.2, 0.2]}, "colour normalization (std)"),
+        ({"zoom": 2.0}, "centre zoom (data.params.zoom) zoom=2.0"),
     ],
 )
 def test_members_that_disagree_on_the_input_are_refused_naming_the_field(

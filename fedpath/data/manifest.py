@@ -246,6 +246,7 @@ def build_file_dataset(
             p.image_size,
             p.workers,
             [rec.where[i] for i in idx],
+            p.zoom,
         )
     )
     test = (
@@ -352,7 +353,7 @@ def _decode_all(
 
     def one(path: Path) -> np.ndarray | DataError | None:
         try:
-            image = load_image(path, p.image_size)
+            image = load_image(path, p.image_size, p.zoom)
         except DataError as err:
             return err
         return image if keep else None

@@ -86,6 +86,7 @@ def open_image_files(
     classes = model.class_names
     params = FileDatasetParams(
         image_size=model.image_size,
+        zoom=model.meta.zoom,
         test_fraction=0.0,
         classes=classes,
         skip_bad=skip_bad,
@@ -105,9 +106,10 @@ def image_dataset(
     """Registered dataset ``name`` at the model's input size (when it has one to
     set) and the config it was built with; a dataset of slide bags is refused."""
     if "image_size" in data_cfg.params:
-        data_cfg = replace(
-            data_cfg, params={**data_cfg.params, "image_size": model.image_size}
-        )
+        size = {"image_size": model.image_size}
+        if model.meta.zoom != 1.0 or "zoom" in data_cfg.params:
+            size["zoom"] = model.meta.zoom  # the crop the model was trained on
+        data_cfg = replace(data_cfg, params={**data_cfg.params, **size})
     ds = load_dataset(data_cfg)
     if ds.kind == "bags":
         raise DataError(
@@ -140,7 +142,7 @@ def image_batches(
         batch, names = [], []
         for f in files[start : start + batch_size]:
             try:
-                batch.append(load_image(f, model.image_size))
+                batch.append(load_image(f, model.image_size, model.meta.zoom))
                 names.append(str(f))
             except DataError as err:
                 if not skip_bad:

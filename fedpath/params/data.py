@@ -7,6 +7,7 @@ they live here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -94,7 +95,10 @@ class FileDatasetParams:
     order (default: sorted labels found). ``domains``: keep only these, in this
     order (default: all, in order of appearance). ``agreement`` (manifest only):
     the column holding each row's share of annotators agreeing with its label,
-    in (0, 1], for ``train.soft_labels: agreement``.
+    in (0, 1], for ``train.soft_labels: agreement``. ``zoom``: keep the central
+    1/zoom of each image's side before resizing (1: the whole image), for crops
+    centred on an object (AMi-Br's mitotic figures); recorded in ``model.fpm``,
+    so ``evaluate`` and ``predict`` crop the same way.
     """
 
     path: str = "manifest.csv"
@@ -107,8 +111,14 @@ class FileDatasetParams:
     seed: int = 0
     workers: int = 4
     agreement: str | None = None
+    zoom: float = 1.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.zoom) and 1.0 <= self.zoom <= 8.0):
+            raise ConfigError(
+                "config key 'data.params.zoom': expected a number in [1, 8] (the "
+                f"central 1/zoom of each image is kept; 1: all of it), got {self.zoom}"
+            )
         if not 16 <= self.image_size <= 1024:
             raise ConfigError(
                 "config key 'data.params.image_size': expected an integer in "

@@ -265,6 +265,7 @@ class ImageTask(Task):
             backbone_params=rebuild_params(model, cfg.params),
             class_names=list(self.classes),
             image_size=self.image_size,
+            zoom=float(self.cfg.data.params.get("zoom", 1.0)),
             mean=model.mean.flatten().tolist(),
             std=model.std.flatten().tolist(),
             **encoder_info(model),

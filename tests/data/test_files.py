@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from fedpath.data.base import DataError
-from fedpath.data.files import MAX_PIXELS, image_files, load_image
+from fedpath.data.files import MAX_PIXELS, centre_box, image_files, load_image
 from fedpath.runtime.experiment import load_dataset, run_experiment
 from tests.data.helpers import corrupt_one, png_header_only, small_manifest_config
 from tests.fixtures import write_manifest_tree
@@ -162,3 +163,35 @@ def test_an_unreadable_subfolder_is_an_error_not_skipped(
     monkeypatch.setattr(os, "scandir", deny)
     with pytest.raises(DataError, match=r"'.*/sub' cannot be read: permission denied"):
         image_files(tmp_path, recursive=True)
+
+
+def test_zoom_keeps_the_central_part_before_resizing(tmp_path: Path) -> None:
+    # a 40 px image: a 20 px red square in the middle of a blue frame
+    a = np.zeros((40, 40, 3), np.uint8)
+    a[..., 2] = 255
+    a[10:30, 10:30] = (255, 0, 0)
+    Image.fromarray(a).save(tmp_path / "c.png")
+    whole = load_image(tmp_path / "c.png", 40)
+    zoomed = load_image(tmp_path / "c.png", 40, zoom=2.0)
+    assert (whole[:, 0, 0] == (0, 0, 255)).all()
+    assert (zoomed[0] == 255).all() and (zoomed[1:] == 0).all()  # all red
+    np.testing.assert_array_equal(load_image(tmp_path / "c.png", 20, zoom=2.0)[0], 255)
+    assert centre_box((40, 40), 2.0) == (10, 10, 30, 30)
+    assert centre_box((41, 30), 3.0) == (13, 10, 27, 20)  # margins 13 | 14
+    with pytest.raises(DataError, match=r"central 1/4 \(data.params.zoom\) is 10x10"):
+        load_image(tmp_path / "c.png", 64, zoom=4.0)  # 10 px < 64 / 4
+
+
+def test_zoom_changes_the_datasets_images_and_lazy_fingerprint(tmp_path: Path) -> None:
+    write_manifest_tree(tmp_path)
+    lazy = "data.params.in_memory=false"
+    plain = load_dataset(small_manifest_config(tmp_path, lazy).data)
+    zoom = load_dataset(
+        small_manifest_config(tmp_path, lazy, "data.params.zoom=2").data
+    )
+    assert plain.store.fingerprint() != zoom.store.fingerprint()
+    first = np.arange(1)
+    assert plain.store.load(first).shape == zoom.store.load(first).shape
+    assert not torch.equal(plain.store.load(first), zoom.store.load(first))
+    eager = load_dataset(small_manifest_config(tmp_path, "data.params.zoom=2").data)
+    assert torch.equal(eager.store.load(first), zoom.store.load(first))

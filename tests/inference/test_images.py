@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fedpath.artifact import LoadedModel
+from fedpath.cli import main
 from fedpath.config import DataConfig
 from fedpath.data.base import DataError
 from fedpath.data.files import load_image
@@ -18,6 +21,10 @@ from fedpath.inference.images import (
     open_image_files,
     scan_class_folders,
 )
+from fedpath.loading import load_model
+from fedpath.runtime.experiment import run_dir_for, run_experiment
+from tests.data.helpers import small_manifest_config
+from tests.fixtures import write_manifest_tree
 from tests.inference.conftest import SIZE, write_images
 
 
@@ -98,3 +105,44 @@ def test_a_registered_dataset_at_the_models_size_and_not_of_bags(
     bags = DataConfig(name="synthetic_bags", params={"num_hospitals": 2})
     with pytest.raises(DataError, match="holds slide bags.*is an image model"):
         image_dataset("synthetic_bags", bags, image_model)
+
+
+def test_a_zoomed_run_is_scored_the_same_at_a_new_site(tmp_path: Path) -> None:
+    # data.params.zoom travels in model.fpm: evaluate crops the site's whole
+    # images as the run's loader did, so it scores the held-out site as the run
+    manifest = write_manifest_tree(tmp_path)
+    over = [
+        f"output_dir={tmp_path / 'runs'}",
+        "data.params.zoom=2",
+        "train.rounds=1",
+        "model.params.widths=[8]",
+        "lodo.targets=[site2]",
+        "seeds=[0]",
+    ]
+    cfg = small_manifest_config(tmp_path, *over)
+    run_experiment(cfg)
+    run_dir = run_dir_for(cfg, "site2", 0)
+    model = load_model(run_dir / "model.fpm")
+    assert isinstance(model, LoadedModel) and model.meta.zoom == 2.0
+    rows = [r for r in csv.DictReader(manifest.open()) if r["domain"] == "site2"]
+    site = tmp_path / "site2.csv"
+    with site.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows({**r, "path": str(tmp_path / r["path"])} for r in rows)
+    out = tmp_path / "m.json"
+    assert (
+        main(["evaluate", str(run_dir / "model.fpm"), str(site), "--out", str(out)])
+        == 0
+    )
+    target = json.loads((run_dir / "final.json").read_text())["evaluation"]["target"]
+    got = json.loads(out.read_text())
+    assert got["n"] == target["n"] == len(rows)
+    for k in ("balanced_accuracy", "auroc"):
+        assert got[k] == pytest.approx(target[k], abs=1e-9), k
+    # the Python API crops the same way: a 40 px image -> its central 20 px
+    x = torch.rand(2, 3, 40, 40, generator=torch.Generator().manual_seed(0))
+    centre = torch.nn.functional.interpolate(
+        x[..., 10:30, 10:30], size=(32, 32), mode="bilinear", antialias=True
+    )
+    torch.testing.assert_close(model.to_tensor(x), centre)

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     _, configs = load_suite(path, args.overrides, only)
     out = Path(configs[0].output_dir) / configs[0].name
     launch = ["--launcher", "local", "--jobs", str(args.jobs)] if args.jobs > 1 else []
-    run = ["suite", str(path), "--resume", *launch, *args.overrides]
+    run = ["suite", str(path), "--resume", "--no-table", *launch, *args.overrides]
     if args.only:
         run += ["--only", args.only]
     code = fedpath(run)

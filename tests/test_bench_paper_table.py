@@ -5,7 +5,9 @@ the table in the paper's layout and the paired comparison with FedAvg print."""
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -26,13 +28,18 @@ TINY = [
 ]
 
 
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``benchmarks/paper_table.py`` as a module."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return importlib.import_module("paper_table")
+
+
 @pytest.mark.slow
 def test_the_camelyon17_table_runs_and_prints_in_the_papers_layout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = write_wilds_tree(tmp_path / "data")
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("paper_table")
     argv = [
         "fedstain-camelyon17",
         f"data.root={base}",
@@ -56,10 +63,8 @@ def test_the_camelyon17_table_runs_and_prints_in_the_papers_layout(
 
 
 def test_an_unknown_table_is_refused_with_the_list(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("paper_table")
     with pytest.raises(SystemExit):
         bench.main(["fedstain-tcga"])
     assert "fedstain-camelyon17" in capsys.readouterr().err
@@ -98,7 +103,7 @@ def _midog_standin(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_the_mvmidog_table_runs_from_midog_json_and_tiffs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from fedpath.cli import main as fedpath
 
@@ -116,8 +121,6 @@ def test_the_mvmidog_table_runs_from_midog_json_and_tiffs(
         "4",
     ]
     assert fedpath([*argv, "--no-imposters", "-q"]) == 0
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("paper_table")
     tiny = [t for t in TINY if not t.startswith("lodo.")]
     code = bench.main(
         [
@@ -166,15 +169,13 @@ def _clam_folder(root: Path, dim: int, seed: int) -> Path:
 
 @pytest.mark.slow
 def test_the_fedhd_table_runs_from_clam_h5_folders(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two extractors' CLAM folders (16-d and 24-d), CLAM-SB at one centre and
     TransMIL at the other: FedHD and its FedWSIDD reading run, then the clients x
     methods table and FedHD paired with FedWSIDD over (hospital, seed) units."""
     r50 = _clam_folder(tmp_path / "r50", 16, 0)
     uni = _clam_folder(tmp_path / "uni", 24, 1)
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("paper_table")
     argv = [
         "fedhd-camelyon16",
         f"data.root={r50}",
@@ -207,14 +208,12 @@ def test_the_fedhd_table_runs_from_clam_h5_folders(
 
 @pytest.mark.slow
 def test_the_fedad_table_probes_an_unseen_hospital_from_two_others(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """FedAD Table 6 on a WILDS-layout stand-in: self-supervised training on
     hospitals 3 and 4 only, the probe fitted on hospitals 0 and 1 and tested on
     hospital 2; F1, precision, recall and AUROC, each paired with FedAvg-SSL."""
     base = write_wilds_tree(tmp_path / "data", per_center=12, mixed=True)
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("paper_table")
     tiny = [t for t in TINY if not t.startswith("lodo.")]
     argv = [
         "fedad-camelyon17",
@@ -236,8 +235,6 @@ def test_the_fedad_table_probes_an_unseen_hospital_from_two_others(
     assert "hospital_2" in head and "hospital_0" not in head
     finals = list((tmp_path / "runs").rglob("final.json"))
     assert len(finals) == 4  # 2 methods x 2 seeds, one held-out hospital
-    import json
-
     for final in finals:  # only hospitals 3 and 4 trained; 0 and 1 fitted the probe
         run = final.parent
         lines = (run / "traffic.jsonl").read_text().splitlines()

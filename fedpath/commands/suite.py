@@ -7,12 +7,16 @@ import argparse
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedpath.commands.common import add_common, console, only, packaged_config
 from fedpath.commands.execute import execute, load_datasets
 from fedpath.commands.table import print_table
 from fedpath.config import ConfigError, ExperimentConfig
 from fedpath.utils.cli_args import SubParsers, add_launcher, add_overrides, is_quiet
+
+if TYPE_CHECKING:
+    from fedpath.data.base import DomainDataset
 
 #: the packaged demos: ``fedpath demo [NAME]``
 DEMOS = ("stain", "fedhd", "fedad")
@@ -60,6 +64,12 @@ def register_suite(sub: SubParsers) -> None:
     suite.add_argument(
         "--metric", help="metric to tabulate (default: the suite's, else accuracy)"
     )
+    suite.add_argument(
+        "--no-table",
+        action="store_true",
+        help="run only, print no table (for scripts that print their own, e.g. "
+        "benchmarks/paper_table.py; fedpath table prints them later)",
+    )
     add_common(suite)
 
 
@@ -95,8 +105,10 @@ def run_suite(args: argparse.Namespace) -> int:
 
     description, configs = load_suite(args.suite, args.overrides, only(args.only))
     metrics = [args.metric] if args.metric else suite_metrics(args.suite)
+    # --no-table: no metric, so no table at all (the sources' neither)
+    metrics = [] if args.no_table else metrics or ["accuracy"]
     return _run_configs(
-        description, configs, is_quiet(args), args.resume, metrics or ["accuracy"], args
+        description, configs, is_quiet(args), args.resume, metrics, args
     )
 
 
@@ -122,17 +134,16 @@ def _what_it_shows(
     return "\n".join([head, *(f"- {c.line()}" for c in comps)])
 
 
-def _shape(configs: Sequence[ExperimentConfig], first_domains: Sequence[str]) -> str:
-    """What each method of a suite is evaluated on, for its header line."""
+def _shape(head: ExperimentConfig, dataset: DomainDataset) -> str:
+    """What each method of a suite is evaluated on, for its header line: the
+    first method's folds (:func:`fedpath.runtime.experiment.plan_runs`)."""
+    from fedpath.runtime.experiment import plan_runs
     from fedpath.utils.progress import plural
 
-    head = configs[0]
     if _per_client(head):
-        return f"{len(first_domains)} hospitals evaluated on their own test slides"
-    probe = set(head.evaluation.probe_train)  # fit the probe, never held out
-    every = [d for d in first_domains if d not in probe]
-    targets = every if head.lodo.targets == "all" else head.lodo.targets
-    return plural(len(targets), "unseen domain")
+        return f"{len(dataset.domains)} hospitals evaluated on their own test slides"
+    folds = {fold.target for fold, _ in plan_runs(head, dataset)}
+    return plural(len(folds), "unseen domain")
 
 
 def _per_client(cfg: ExperimentConfig) -> bool:
@@ -163,7 +174,7 @@ def _run_configs(
     # counted up front: a bad lodo.targets fails before anything trains
     for cfg in configs:
         plan_runs(cfg, datasets[repr(cfg.data)])
-    shape = _shape(configs, datasets[repr(head.data)].domains)
+    shape = _shape(head, datasets[repr(head.data)])
     status = getattr(args, "status", False)
     console(quiet and not status).print(
         f"{description}: {plural(len(configs), 'method')} x {shape} x "
@@ -178,7 +189,7 @@ def _run_configs(
         f"finished in {time.perf_counter() - start:.0f} s; runs in "
         f"{', '.join(map(str, outs))}"
     )
-    if not any(find_runs([o]) for o in outs if o.exists()):
+    if not metrics or not any(find_runs([o]) for o in outs if o.exists()):
         return code
     labels = [c.method for c in configs]
     split = "clients" if _per_client(head) else "target"

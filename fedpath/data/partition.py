@@ -61,13 +61,7 @@ def lodo_plan(
     ``"all"`` holds out every *other* domain in turn; their data trains the
     linear probe only (:func:`fedpath.runtime.evaluate.eval_splits`).
     """
-    if targets == "none":
-        if probe_train:
-            raise ConfigError(
-                "config key 'evaluation.probe_train': expected [] when "
-                "lodo.targets is 'none' (no held-out domain to test the probe "
-                f"on), got {list(probe_train)}"
-            )
+    if targets == "none":  # probe_train must then be [] (EvaluationConfig.check_lodo)
         return [LodoFold("none", list(dataset.domains))]
     if len(dataset.domains) < 2:
         raise ConfigError(

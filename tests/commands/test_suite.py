@@ -53,6 +53,10 @@ def test_suite_runs_labelled_variants(
         tmp_path / "abl" / "no_js" / "hospital_1" / "seed0" / "config.yaml"
     ).read_text()
     assert "label: no_js" in saved and "beta: 0.0" in saved
+    # --no-table: the runs (resumed: nothing left to do), no table
+    argv = ["suite", str(suite), *over, "--only", "full", "--resume", "--no-table"]
+    assert main(argv) == 0
+    assert "| full |" not in capsys.readouterr().out
     assert main(["suite", str(suite), "--only", "nope"]) == 2
     assert "has no variant 'nope'" in capsys.readouterr().err
     suite.write_text("base: base.yaml\nvariantz: {}\n")

@@ -102,7 +102,6 @@ def test_probe_train_domains_are_no_source_and_no_target_of_any_fold() -> None:
         (["d2"], ["d0", "d2"], r"'d2' is a held-out target"),
         (["d2"], ["d0", "d1"], r"leave only \['d2'\] .*expected at most 1 of"),
         ("all", ["d0", "d1", "d2"], r"leave no domain .*expected at most 1 of"),
-        ("none", ["d0"], r"expected \[\] when lodo.targets is 'none'"),
     ],
 )
 def test_bad_probe_train_names_the_key(

@@ -23,6 +23,7 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return importlib.import_module("bench_fedad_probe")
 
 
+@pytest.mark.slow
 def test_sec_5_3_2_runs_are_reprobed_inside_the_unseen_hospital(
     tmp_path: Path, bench: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -51,6 +54,14 @@ TINY = [
 
 def tiny_overrides(tmp_path: Path, *extra: str) -> list[str]:
     return [*TINY, f"output_dir={tmp_path}", *extra]
+
+
+@pytest.fixture
+def benchmark_script(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
+    """Import ``benchmarks/<name>.py`` by its name (the folder is on ``sys.path``
+    for the test, as when the script runs)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module
 
 
 @pytest.fixture

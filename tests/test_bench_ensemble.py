@@ -3,9 +3,10 @@ ensemble of each held-out domain scored beside its members."""
 
 from __future__ import annotations
 
-import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -13,20 +14,20 @@ from fedpath.config import load_config
 from fedpath.runtime.experiment import run_experiment
 from tests.conftest import tiny_overrides
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.mark.slow
 def test_the_bench_scores_each_domains_seed_ensemble_beside_its_members(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    benchmark_script: Callable[[str], ModuleType],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     cfg = load_config(
         None, tiny_overrides(tmp_path, "seeds=[0,1]", "lodo.targets=[hospital_0]")
     )
     run_experiment(cfg)
     method = next(p for p in tmp_path.rglob("hospital_0") if p.is_dir()).parent
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("bench_ensemble")
+    bench = benchmark_script("bench_ensemble")
     monkeypatch.setattr(sys, "argv", ["bench_ensemble.py", str(method)])
     bench.main()
     out = capsys.readouterr().out

@@ -3,8 +3,8 @@ re-scored with the other probe protocol, without training again."""
 
 from __future__ import annotations
 
-import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -14,13 +14,10 @@ from fedpath.config import load_config
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from tests.conftest import tiny_overrides
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    return importlib.import_module("bench_fedad_probe")
+def bench(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark_script("bench_fedad_probe")
 
 
 @pytest.mark.slow

@@ -4,8 +4,8 @@ the table in the paper's layout and the paired comparison with FedAvg print."""
 
 from __future__ import annotations
 
-import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -29,10 +29,9 @@ TINY = [
 
 
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def bench(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
     """``benchmarks/paper_table.py`` as a module."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    return importlib.import_module("paper_table")
+    return benchmark_script("paper_table")
 
 
 @pytest.mark.slow

@@ -4,8 +4,8 @@ unknown names (the benchmark itself needs the data and is not run here)."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+def bench(
+    benchmark_script: Callable[[str], ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> ModuleType:
     monkeypatch.chdir(ROOT)
-    return importlib.import_module("bench_amibr_table")
+    return benchmark_script("bench_amibr_table")
 
 
 def test_overrides_after_methods_are_moved_to_the_overrides(bench: ModuleType) -> None:
@@ -36,10 +37,10 @@ def test_overrides_after_methods_are_moved_to_the_overrides(bench: ModuleType) -
 
 
 def test_hetero_bench_moves_overrides_after_its_methods(
+    benchmark_script: Callable[[str], ModuleType],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    hetero = importlib.import_module("bench_fedhd_hetero")
+    hetero = benchmark_script("bench_fedhd_hetero")
     seen = {}
     argv = ["bench", "--dataset", "synthetic", "--methods", "desa", "train.rounds=6",
             "histofs", "--out", "x", "train.local_epochs=5"]  # fmt: skip
@@ -114,10 +115,11 @@ def test_run_wall_counts_every_round_of_a_resumed_run(
 
 
 def test_test_time_bench_names_what_matched_nothing(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    benchmark_script: Callable[[str], ModuleType],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench_tt = importlib.import_module("bench_test_time")
+    bench_tt = benchmark_script("bench_test_time")
     argv = ["bench", str(tmp_path), "--methods", "fedstain", "--seeds", "2"]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exc:
@@ -127,10 +129,9 @@ def test_test_time_bench_names_what_matched_nothing(
 
 
 def test_hetero_bench_gives_each_method_only_its_own_params(
-    monkeypatch: pytest.MonkeyPatch,
+    benchmark_script: Callable[[str], ModuleType],
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    hetero = importlib.import_module("bench_fedhd_hetero")
+    hetero = benchmark_script("bench_fedhd_hetero")
     from fedpath.config import load_config
 
     base = load_config(ROOT / "configs/fedhd/heterogeneous.yaml")
@@ -145,10 +146,9 @@ def test_hetero_bench_gives_each_method_only_its_own_params(
 
 
 def test_rendered_bench_moves_every_feature_folder_and_pools_in_each_own_space(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    benchmark_script: Callable[[str], ModuleType], tmp_path: Path
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    rendered = importlib.import_module("bench_fedhd_rendered")
+    rendered = benchmark_script("bench_fedhd_rendered")
     common = rendered.base_overrides(tmp_path)
     base = rendered.load_config(rendered.CONFIG, common)
     assert base.data.root == str(tmp_path / "lite0")
@@ -174,13 +174,12 @@ def test_rendered_bench_moves_every_feature_folder_and_pools_in_each_own_space(
 
 
 def test_fedad_claim_roles_keep_training_probe_and_test_hospitals_apart(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    benchmark_script: Callable[[str], ModuleType], tmp_path: Path
 ) -> None:
     """Each role set of the FedAD claim benchmark: three hospitals train (K = 6
     clients), two others fit the probe, a sixth tests it; every hospital is
     held out once at most, and every method runs the same four role sets."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("bench_fedad_claim")
+    bench = benchmark_script("bench_fedad_claim")
     cfgs = bench.role_configs("fedad", tmp_path, ["seeds=[0]"])
     targets = [c.lodo.targets[0] for c in cfgs]
     assert len(set(targets)) == len(cfgs) == 4
@@ -201,10 +200,11 @@ def test_fedad_claim_roles_keep_training_probe_and_test_hospitals_apart(
 
 
 def test_fedad_claim_runs_only_the_role_sets_asked_for(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    benchmark_script: Callable[[str], ModuleType],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    bench = importlib.import_module("bench_fedad_claim")
+    bench = benchmark_script("bench_fedad_claim")
     ran: list[tuple[str, list[str]]] = []
     monkeypatch.setattr(
         bench,

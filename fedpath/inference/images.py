@@ -106,7 +106,7 @@ def image_dataset(
     """Registered dataset ``name`` at the model's input size (when it has one to
     set) and the config it was built with; a dataset of slide bags is refused."""
     if "image_size" in data_cfg.params:
-        size = {"image_size": model.image_size}
+        size: dict[str, float] = {"image_size": model.image_size}
         if model.meta.zoom != 1.0 or "zoom" in data_cfg.params:
             size["zoom"] = model.meta.zoom  # the crop the model was trained on
         data_cfg = replace(data_cfg, params={**data_cfg.params, **size})

@@ -44,11 +44,14 @@ from fedpath.tasks.features import prepare_dataset
 CHECKED = ("f1", "balanced_accuracy", "auroc")
 
 
-def reprobe(run: Path, overrides: list[str], cache: dict[str, DomainDataset]) -> dict:
-    """The probe metrics of ``run``'s exported encoder under its config plus
-    ``overrides`` (the probe seeded as the run seeded it)."""
-    rec = read_final(run)
-    cfg = load_config(run / "config.yaml", overrides)
+def reprobe(
+    run: Path,
+    cfg: ExperimentConfig,
+    rec: dict[str, Any],
+    cache: dict[str, DomainDataset],
+) -> dict:
+    """The probe metrics of ``run``'s exported encoder under ``cfg`` (its config,
+    perhaps with another probe protocol), seeded as the run (``rec``) seeded it."""
     key = repr(cfg.data)
     if key not in cache:
         cache[key] = prepare_dataset(cfg, load_dataset(cfg.data))
@@ -63,16 +66,13 @@ def reprobe(run: Path, overrides: list[str], cache: dict[str, DomainDataset]) ->
 
 
 def mirror(
-    run: Path, root: Path, out: Path, metrics: dict, cfg: ExperimentConfig
+    dest: Path, run: Path, cfg: ExperimentConfig, rec: dict[str, Any], metrics: dict
 ) -> None:
-    """Write ``run``'s re-probed record under ``out`` at its place below ``root``."""
-    dest = out / run.relative_to(root)
+    """Write ``run``'s re-probed record (``rec`` with ``metrics``) to ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "config.yaml").write_text(cfg.to_yaml())
-    rec: dict[str, Any] = dict(read_final(run))
-    rec["evaluation"] = {"target": metrics}
-    rec["reprobed_from"] = str(run)
-    (dest / "final.json").write_text(json.dumps(rec, indent=1))
+    out = {**rec, "evaluation": {"target": metrics}, "reprobed_from": str(run)}
+    (dest / "final.json").write_text(json.dumps(out, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         worst = 0.0
         for run in runs:
-            got = reprobe(run, [], cache)
-            want = read_final(run)["evaluation"]["target"]
+            rec = read_final(run)
+            got = reprobe(run, load_config(run / "config.yaml"), rec, cache)
+            want = rec["evaluation"]["target"]
             gap = max(abs(got[k] - want[k]) for k in CHECKED)
             worst = max(worst, gap)
             print(f"{run}: largest difference {gap:.2e}", flush=True)
@@ -106,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.root.with_name(args.root.name + "_s55")
     s55 = ["evaluation.probe_train=[]"]
     for i, run in enumerate(runs, 1):
-        if (out / run.relative_to(args.root) / "final.json").is_file():
+        dest = out / run.relative_to(args.root)
+        if (dest / "final.json").is_file():
             continue
-        metrics = reprobe(run, s55, cache)
-        mirror(run, args.root, out, metrics, load_config(run / "config.yaml", s55))
+        cfg, rec = load_config(run / "config.yaml", s55), read_final(run)
+        metrics = reprobe(run, cfg, rec, cache)
+        mirror(dest, run, cfg, rec, metrics)
         print(f"[{i}/{len(runs)}] {run}: f1 {metrics['f1']:.4f}", file=sys.stderr)
     code = 0
     for metric in ("f1", "balanced_accuracy"):

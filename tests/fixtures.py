@@ -70,7 +70,7 @@ def write_wilds_tree(
     center, each holding both classes (as a real slide's patches do), so a
     split by slide keeps both classes on each side."""
     base = root / "camelyon17_v1.0"
-    rows = []
+    rows: list[dict[str, object]] = []
     for center in range(5):
         imgs, labels = _patches(per_center, center % 3, size)
         for i, (img, y) in enumerate(zip(imgs, labels, strict=True)):

@@ -79,7 +79,8 @@ def _midog_standin(root: Path) -> Path:
 
     w, h = 1000, 800
     figures = [(150, 150), (400, 300), (250, 600), (520, 520)]
-    images, anns = [], []
+    images: list[dict[str, object]] = []
+    anns: list[dict[str, object]] = []
     for slide in (1, 2, 51, 52, 101, 102):
         write_slide(
             root / f"{slide:03d}.tiff", he_image(w, h, slide, figures), levels=2

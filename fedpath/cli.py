@@ -86,6 +86,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("predict", _OWN + "predict", "register_predict", "run_predict"),
     Command("adapt-bn", _OWN + "predict", "register_adapt_bn", "run_adapt_bn"),
     Command("ensemble", _OWN + "ensemble"),
+    Command("info", _OWN + "info"),
     Command("list", _DESCRIBE, "register_list", "run_list"),
     Command("tile", _WSI, "register_tile"),
     Command("features", _WSI, "register_features"),

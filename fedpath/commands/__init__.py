@@ -8,6 +8,7 @@ parsers of its commands next to their handlers.
 :mod:`.execute`          the cells of ``run``/``suite``/``demo``: serial or parallel
 :mod:`.evaluate`         ``evaluate``: an exported model on a dataset, with metrics
 :mod:`.predict`          ``predict`` and ``adapt-bn``: an exported model on images
+:mod:`.info`             ``info``: a model file verified and its header printed
 :mod:`.describe`         ``list``, ``check``, ``data``, ``audit``, ``stain-report``
 :mod:`.common`           the console, ``--quiet``'s wording, the packaged configs
 =======================  ==========================================================

@@ -39,8 +39,17 @@ def register(sub: SubParsers) -> None:
     p.add_argument(
         "--split",
         default="target",
-        choices=["target", "source_mean", "source_worst", "clients", "adapted"],
-        help="which evaluation (default: the unseen target domain)",
+        choices=[
+            "target",
+            "source_mean",
+            "source_worst",
+            "clients",
+            "adapted",
+            "validation",
+        ],
+        help="which evaluation (default: the unseen target domain); validation: "
+        "the mean over the clients of their validation slides "
+        "(partition.validation > 0), where a recipe is chosen without the target",
     )
     p.add_argument("--select", default="last", choices=["last", "selected", "averaged"])
     p.add_argument("--format", default="markdown", choices=["markdown", "json"])

@@ -88,6 +88,37 @@ def test_compare_markdown_and_table_baseline(
     assert "| level |" in capsys.readouterr().out
 
 
+def test_compare_on_the_validation_slides_pairs_the_clients_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a recipe is chosen on the sources' validation slides: compare pairs the
+    # mean over each run's clients, not the target's score
+    root = tmp_path / "exp"
+    val = {"a": (0.70, 0.74), "b": (0.60, 0.62)}  # method -> (client 0, client 1)
+    for method, (v0, v1) in val.items():
+        for seed in (0, 1):
+            run = root / method / "h0" / f"seed{seed}"
+            run.mkdir(parents=True)
+            shift = 0.01 * seed
+            clients = {
+                "h1/c0": {"balanced_accuracy": v0 + shift, "n": 5},
+                "h2/c0": {"balanced_accuracy": v1 + shift, "n": 5},
+            }
+            ev = {
+                "target": {"balanced_accuracy": 0.5},
+                "validation": {"metric": "balanced_accuracy", "clients": clients},
+            }
+            record = {"method": method, "target": "h0", "seed": seed, "evaluation": ev}
+            (run / "final.json").write_text(json.dumps(record))
+    argv = ["compare", str(root), "--baseline", "b", "--format", "json"]
+    assert main([*argv, "--split", "validation"]) == 0
+    (a,) = json.loads(capsys.readouterr().out)
+    expected = 100 * ((0.70 + 0.74) / 2 - (0.60 + 0.62) / 2)
+    assert a["diffs"] == pytest.approx([expected, expected])
+    assert main(argv) == 0  # the target: level
+    assert json.loads(capsys.readouterr().out)[0]["mean"] == pytest.approx(0)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -6,9 +6,11 @@ the unseen domain's balanced accuracy, AUROC and ECE with the model as trained
 (``plain``), with ``tta: dihedral`` (the mean softmax over the 8 flips and
 90-degree turns), with its BatchNorm statistics re-estimated on the unseen
 domain's unlabelled images (``adabn``, :mod:`fedpath.tasks.adapt`: the images
-``evaluation.adapt_bn`` would use; no label is read) and with both
-(``adabn+tta``), on the run's own evaluation split, read from the run's data
-(AMi-Br: ``FEDPATH_AMIBR``). Argmax decisions (no operating point) for all.
+and the layers ``evaluation.adapt_bn`` would use, so the frozen stages of a
+partly fine-tuned model keep theirs unless ``--all-layers``; no label is
+read) and with both (``adabn+tta``), on the run's own evaluation split, read
+from the run's data (AMi-Br: ``FEDPATH_AMIBR``). Argmax decisions (no
+operating point) for all.
 
 BatchNorm statistics are estimated in batches of the run's
 ``train.eval_batch_size`` (256 by default), as ``evaluation.adapt_bn`` and
@@ -43,6 +45,7 @@ from fedpath.evaluation.metrics import classification_metrics
 from fedpath.loading import load_model
 from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks.adapt import adapt_on_split, adaptation_split
+from fedpath.tasks.finetune import fixed_batchnorm
 from fedpath.tasks.images import predict_probs
 
 MODES = ("plain", "tta", "adabn", "adabn+tta")
@@ -63,6 +66,13 @@ def main() -> None:
         help="which images of the unseen domain are scored (and which adapt): "
         "the run's lodo.eval_split, all (adapt on the scored images) or test "
         "(score the test split, adapt on the train split: disjoint)",
+    )
+    ap.add_argument(
+        "--all-layers",
+        action="store_true",
+        help="adabn: adapt the BatchNorm layers of the stages frozen in training "
+        "too (by default they keep their statistics, as evaluation.adapt_bn and "
+        "fedpath adapt-bn do)",
     )
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -100,7 +110,10 @@ def main() -> None:
             if any(m.startswith("adabn") for m in args.modes):
                 adapted = copy.deepcopy(model)
                 images, _ = adaptation_split(ds, target, eval_split)  # type: ignore[arg-type]
-                adapt_on_split(adapted, images, batch, cpu)
+                # the frozen stages' statistics stay (from the run's config: files
+                # written before bn_fixed was recorded lack it)
+                keep = [] if args.all_layers else fixed_batchnorm(model, cfg.train)
+                adapt_on_split(adapted, images, batch, cpu, keep)
             out = {}
             for mode in args.modes:
                 net = adapted if mode.startswith("adabn") else model

@@ -142,6 +142,10 @@ class ModelMeta(Checked):
     #: ``folder`` (its name), ``from_sha256`` (the file adapted), ``when``;
     #: {}: the federation's own statistics
     adapted_bn: dict[str, Any] = field(default_factory=dict)
+    #: the BatchNorm layers whose statistics training kept fixed (inside the
+    #: frozen first stages, ``train.trainable``): AdaBN leaves them as they are
+    #: (``fedpath adapt-bn --all-layers`` adapts them too); []: none (older files)
+    bn_fixed: list[str] = field(default_factory=list)
 
     @property
     def num_classes(self) -> int:

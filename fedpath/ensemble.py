@@ -194,6 +194,7 @@ def make_ensemble(
         min_image_size=max((m.min_image_size or 0 for m in metas), default=0) or None,
         threshold=threshold,
         members=members,
+        bn_fixed=[f"members.{i}.{n}" for i, m in enumerate(metas) for n in m.bn_fixed],
     )
     return meta, EnsembleNet(nets, metas)
 

@@ -57,6 +57,27 @@ def test_the_ensembles_probability_is_the_mean_of_its_members(tmp_path: Path) ->
     assert [m["file"] for m in ens.meta.members] == ["a.fpm", "b.fpm", "c.fpm"]
     assert len(ens.meta.members[0]["file_sha256"]) == 64
     assert ens.class_names == CLASSES and ens.image_size == SIZE
+    assert ens.meta.bn_fixed == []  # every member trained all of its layers
+
+
+def test_an_ensemble_keeps_its_members_frozen_batchnorm_layers(tmp_path: Path) -> None:
+    # members whose first stage was frozen in training: AdaBN of the ensemble
+    # (fedpath adapt-bn) must leave those layers in every member
+    paths = [
+        member(tmp_path / f"{i}.fpm", i, bn_fixed=["encoder.stages.0.1"])
+        for i in (0, 1)
+    ]
+    ens = load_model(
+        save_ensemble(tmp_path / "ens.fpm", paths) and tmp_path / "ens.fpm"
+    )
+    assert ens.meta.bn_fixed == [
+        "members.0.encoder.stages.0.1",
+        "members.1.encoder.stages.0.1",
+    ]
+    names = {
+        n for n, m in ens.model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)
+    }
+    assert set(ens.meta.bn_fixed) <= names
 
 
 def test_an_ensembles_operating_point_decides_on_the_mean(tmp_path: Path) -> None:

@@ -67,6 +67,13 @@ def register_adapt_bn(
         "--batch-size", type=int_at_least(2, "a batch's variance"), default=64
     )
     ad.add_argument("--skip-bad", action="store_true", help=SKIP_BAD_HELP)
+    ad.add_argument(
+        "--all-layers",
+        action="store_true",
+        help="also adapt the BatchNorm layers of the stages frozen in training "
+        "(the file's bn_fixed; by default they keep their statistics, as the "
+        "run's own evaluation.adapt_bn does)",
+    )
     add_common(ad)
 
 
@@ -133,11 +140,23 @@ def run_adapt_bn(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         step = _bar_step(stack, "adapt-bn", "images", quiet)
         info = adapt_model_file(
-            model, args.images, args.out, args.batch_size, args.skip_bad, step
+            model,
+            args.images,
+            args.out,
+            args.batch_size,
+            args.skip_bad,
+            step,
+            all_layers=args.all_layers,
         )
+    kept = getattr(model.meta, "bn_fixed", [])
+    which = (
+        f" ({len(kept)} layers of its frozen stages kept)"
+        if kept and not args.all_layers
+        else ""
+    )
     console(quiet).print(
         f"wrote {args.out}: BatchNorm statistics of {args.model} re-estimated on "
-        f"{info['images']} images under {args.images}",
+        f"{info['images']} images under {args.images}{which}",
         highlight=False,
         markup=False,
     )

@@ -28,13 +28,16 @@ def adapt_model_file(
     batch_size: int = 64,
     skip_bad: bool = False,
     progress: Progress | None = None,
+    all_layers: bool = False,
 ) -> dict[str, Any]:
     """Write ``out``: ``model`` with its BatchNorm statistics re-estimated on the
     unlabelled images under ``images`` (AdaBN, :mod:`fedpath.tasks.adapt`; any
     folder layout, labels are never read), recorded in the file's
     ``adapted_bn``. Every other weight, the temperature, the threshold and the
-    test-time augmentation stay as they were. A MIL model is refused: it has no
-    BatchNorm layers to adapt."""
+    test-time augmentation stay as they were; so do the statistics of the
+    layers training kept fixed (the file's ``bn_fixed``: the frozen first stages
+    of a partly fine-tuned model), unless ``all_layers``. A MIL model is
+    refused: it has no BatchNorm layers to adapt."""
     if not isinstance(model, LoadedModel):
         raise ArtifactError(
             f"model file {str(model.path)!r} holds a {model.kind} model (slide "
@@ -49,7 +52,8 @@ def adapt_model_file(
     skipped: list[str] = []
     batches = image_batches(model, images, batch_size, skip_bad, skipped, progress)
     try:
-        n = adapt_batchnorm(net, (model.to_tensor(x) for _, x in batches))
+        keep = () if all_layers else model.meta.bn_fixed
+        n = adapt_batchnorm(net, (model.to_tensor(x) for _, x in batches), keep)
     except ValueError as err:
         raise DataError(f"model file {str(model.path)!r}: {err}") from None
     source = hashlib.sha256(model.path.read_bytes()).hexdigest() if model.path else ""
@@ -59,6 +63,7 @@ def adapt_model_file(
             "images": n,
             "folder": images.resolve().name,
             "from_sha256": source,
+            "layers": "all" if all_layers or not model.meta.bn_fixed else "trained",
             "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     )

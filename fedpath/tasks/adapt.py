@@ -12,17 +12,19 @@ included). No label is read and nothing is trained: it needs only images the
 site already holds, which makes it usable at a hospital that never took part.
 
 :func:`adapt_batchnorm` does it on batches of model inputs: every BatchNorm
-layer's running statistics are reset and re-estimated in one pass under
-``torch.no_grad`` with the cumulative average of PyTorch (``momentum=None``:
-the running mean is the mean of the per-batch means, the running variance the
-mean of the per-batch unbiased variances), with every other module in eval mode
-(dropout and stochastic depth stay off). The layers' momentum and eval mode are
+layer's running statistics (except those of the frozen first stages of a partly
+fine-tuned model, whose statistics training kept fixed too: ``keep``) are reset
+and re-estimated in one pass under ``torch.no_grad`` with the cumulative
+average of PyTorch (``momentum=None``: the running mean is the mean of the
+per-batch means, the running variance the mean of the per-batch unbiased
+variances), with every other module in eval mode (dropout and stochastic depth
+stay off). The layers' momentum and eval mode are
 restored afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Literal
 
 import torch
@@ -31,28 +33,41 @@ from torch import nn
 from fedpath.data.base import DomainDataset, Split
 
 
-def batchnorm_layers(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
-    """The BatchNorm layers of ``model`` that keep running statistics."""
+def batchnorm_layers(
+    model: nn.Module, keep: Collection[str] = ()
+) -> list[nn.modules.batchnorm._BatchNorm]:
+    """The BatchNorm layers of ``model`` that keep running statistics, except
+    those named (``model.named_modules()``) in ``keep``."""
     return [
         m
-        for m in model.modules()
-        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        for name, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        and m.track_running_stats
+        and name not in keep
     ]
 
 
 @torch.no_grad()
-def adapt_batchnorm(model: nn.Module, inputs: Iterable[torch.Tensor]) -> int:
-    """Re-estimate every BatchNorm layer's running statistics of ``model`` on
-    ``inputs`` (batches of model inputs); returns the number of inputs seen.
+def adapt_batchnorm(
+    model: nn.Module, inputs: Iterable[torch.Tensor], keep: Collection[str] = ()
+) -> int:
+    """Re-estimate the running statistics of every BatchNorm layer of ``model``
+    not named in ``keep`` on ``inputs`` (batches of model inputs); returns the
+    number of inputs seen. ``keep``: the layers whose statistics training kept
+    fixed (:func:`fedpath.tasks.finetune.fixed_batchnorm`, a model file's
+    ``bn_fixed``); the rest of
+    the network sees the new site's statistics through them unchanged.
 
     Raises ``ValueError`` when the model has no BatchNorm layer with running
-    statistics or when ``inputs`` is empty (the statistics would be reset to
-    nothing)."""
-    layers = batchnorm_layers(model)
+    statistics outside ``keep`` or when ``inputs`` is empty (the statistics
+    would be reset to nothing)."""
+    layers = batchnorm_layers(model, keep)
     if not layers:
         raise ValueError(
             f"{type(model).__name__} has no BatchNorm layer with running "
-            "statistics: there is nothing to adapt"
+            "statistics"
+            + (" outside its frozen stages" if keep else "")
+            + ": there is nothing to adapt"
         )
     saved = [
         (m.momentum, m.running_mean, m.running_var, m.num_batches_tracked)
@@ -104,12 +119,16 @@ def split_inputs(
 
 
 def adapt_on_split(
-    model: nn.Module, data: Split, batch_size: int, device: torch.device
+    model: nn.Module,
+    data: Split,
+    batch_size: int,
+    device: torch.device,
+    keep: Collection[str] = (),
 ) -> int:
     """:func:`adapt_batchnorm` of ``model`` (moved to ``device``) on ``data``'s
-    images; their labels are never read."""
+    images, leaving the layers named in ``keep``; their labels are never read."""
     model.to(device)
-    return adapt_batchnorm(model, split_inputs(data, batch_size, device))
+    return adapt_batchnorm(model, split_inputs(data, batch_size, device), keep)
 
 
 def adaptation_split(

@@ -43,6 +43,23 @@ def frozen_parameters(model: nn.Module, cfg: TrainConfig) -> set[int]:
     return frozen
 
 
+def fixed_batchnorm(model: nn.Module, cfg: TrainConfig) -> list[str]:
+    """The names of ``model``'s BatchNorm layers inside the encoder part that
+    ``train.trainable`` freezes: training kept their statistics fixed
+    (:func:`set_train_mode`), so AdaBN (:mod:`fedpath.tasks.adapt`) leaves them
+    too. [] when everything trains, or for a model without an encoder (the
+    cached path's tail holds only trained layers)."""
+    if cfg.trainable == "all" or _encoder(model) is None:
+        return []
+    frozen = frozen_parameters(model, cfg)
+    return [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        and any(id(p) in frozen for p in m.parameters())
+    ]
+
+
 def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
     """Optimizer parameter groups: the trainable encoder parameters at
     ``lr * encoder_lr_scale``, everything else (classifier, heads) at ``lr``;

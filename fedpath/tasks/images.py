@@ -240,9 +240,13 @@ class ImageTask(Task):
 
     def adapt(self, model: nn.Module, split: Split) -> int:
         from fedpath.tasks.adapt import adapt_on_split
+        from fedpath.tasks.finetune import fixed_batchnorm
 
+        keep = fixed_batchnorm(model, self.cfg.train)  # the frozen stages' stay
         try:
-            return adapt_on_split(model, split, self.train.eval_batch_size, self.device)
+            return adapt_on_split(
+                model, split, self.train.eval_batch_size, self.device, keep
+            )
         except ValueError as err:
             raise ConfigError(f"config key 'evaluation.adapt_bn': {err}") from None
 
@@ -255,6 +259,7 @@ class ImageTask(Task):
         """Write ``model.fpm``: the backbone recipe, classes, input size and
         colour normalization, plus ``provenance`` (:class:`ModelMeta` fields)."""
         from fedpath.artifact import ModelMeta, save_model
+        from fedpath.tasks.finetune import fixed_batchnorm
 
         assert isinstance(model, FedModel)
         cfg = self.cfg.model
@@ -270,6 +275,7 @@ class ImageTask(Task):
             std=model.std.flatten().tolist(),
             **encoder_info(model),
             tta=self.cfg.evaluation.tta,
+            bn_fixed=fixed_batchnorm(model, self.cfg.train),
             **provenance,
         )
         save_model(path, model, meta)

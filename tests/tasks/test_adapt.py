@@ -202,3 +202,62 @@ def test_the_adapt_bn_command_writes_an_adapted_model_file(
                  "--out", str(tmp_path / "x.fpm"), "-q"]) != 0  # fmt: skip
     assert "no images" in capsys.readouterr().err
     assert not (tmp_path / "x.fpm").exists()
+
+
+def test_adabn_leaves_the_layers_it_is_told_to_keep() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.BatchNorm2d(4))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    adapt_batchnorm(model, _batches(), keep=["1"])
+    after = model.state_dict()
+    assert torch.equal(after["1.running_mean"], before["1.running_mean"])
+    assert not torch.equal(after["2.running_mean"], before["2.running_mean"])
+    assert [id(m) for m in batchnorm_layers(model, ["1"])] == [id(model[2])]
+    with pytest.raises(ValueError, match="outside its frozen stages"):
+        adapt_batchnorm(model, _batches(), keep=["1", "2"])
+
+
+def test_the_frozen_stages_keep_their_statistics_in_the_run_and_at_a_hospital(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # trainable: last_stages freezes stage 0 (its BatchNorm statistics too);
+    # AdaBN in the run and `fedpath adapt-bn` on its file leave that layer
+    over, final, run_dir = _run(
+        tmp_path,
+        "evaluation.adapt_bn=true",
+        "train.trainable=last_stages",
+        "train.trainable_stages=1",
+    )
+    src = run_dir / "model.fpm"
+    meta, original = read_model_file(src)
+    assert meta.bn_fixed == ["encoder.stages.0.1"]
+    scored = load_dataset(load_config(None, over).data).split("hospital_2", "all")
+    model = load_model(src).model
+    adapt_on_split(model, scored, 64, torch.device("cpu"), meta.bn_fixed)
+    p = predict_probs(model, scored, 64, torch.device("cpu")).double().numpy()
+    want = classification_metrics(scored.labels, p)
+    got = final["adapted"]["target"]
+    assert got["auroc"] == pytest.approx(want["auroc"], abs=1e-9)
+    assert got["ece"] == pytest.approx(want["ece"], abs=1e-9)
+    folder = tmp_path / "site"
+    folder.mkdir()
+    for i, im in enumerate(scored.load(np.arange(len(scored)))):
+        Image.fromarray(im.permute(1, 2, 0).numpy()).save(folder / f"{i:03d}.png")
+    frozen, trained = (
+        "encoder.stages.0.1.running_mean",
+        "encoder.stages.1.1.running_mean",
+    )
+    for extra, layers, stage0_kept in (
+        ([], "trained", True),
+        (["--all-layers"], "all", False),
+    ):
+        out = tmp_path / f"adapted_{layers}.fpm"
+        argv = ["adapt-bn", str(src), str(folder), "--out", str(out), *extra]
+        assert main(argv) == 0
+        said = capsys.readouterr().out
+        assert ("1 layers of its frozen stages kept" in said) == stage0_kept
+        new_meta, weights = read_model_file(out)
+        assert new_meta.adapted_bn["layers"] == layers
+        assert new_meta.bn_fixed == meta.bn_fixed  # the adapted file says it too
+        assert torch.equal(weights[frozen], original[frozen]) == stage0_kept
+        assert not torch.equal(weights[trained], original[trained])

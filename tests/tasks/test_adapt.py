@@ -218,8 +218,11 @@ def test_adabn_leaves_the_layers_it_is_told_to_keep() -> None:
 
 
 def test_the_frozen_stages_keep_their_statistics_in_the_run_and_at_a_hospital(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.delenv("FEDPATH_QUIET", raising=False)  # CI sets it: the summary
     # trainable: last_stages freezes stage 0 (its BatchNorm statistics too);
     # AdaBN in the run and `fedpath adapt-bn` on its file leave that layer
     over, final, run_dir = _run(

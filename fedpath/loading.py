@@ -3,12 +3,17 @@
 :func:`load_model` gives the loaded model of any fedpath model file: an image
 model (:mod:`fedpath.artifact`), a MIL model of slide bags
 (:mod:`fedpath.mil.export`) or an ensemble of image models
-(:mod:`fedpath.ensemble`); :func:`load_mil_model` asks for a MIL model.
+(:mod:`fedpath.ensemble`); :func:`load_mil_model` asks for a MIL model;
+:func:`from_container` builds any of them from a container already read and
+verified.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from fedpath.artifact import LoadedModel
 from fedpath.ensemble import LoadedEnsemble
@@ -38,15 +43,23 @@ def load_model(path: str | Path) -> LoadedModel | LoadedMILModel:
     inputs are images, a MIL model's a list of bags."""
     p = Path(path)
     header, weights = read_container(p)
+    return from_container(header, weights, p)
+
+
+def from_container(
+    header: dict[str, Any], weights: dict[str, torch.Tensor], path: Path
+) -> LoadedModel | LoadedMILModel:
+    """The loaded model of a verified container (``read_container(path)``), by
+    its header's ``kind``, the kind's header fields checked."""
     kind = header.get("kind") or "image"
     if not isinstance(kind, str) or kind not in KINDS:
         raise ArtifactError(
-            f"model file {str(p)!r} holds a model of kind {kind!r}; this fedpath "
+            f"model file {str(path)!r} holds a model of kind {kind!r}; this fedpath "
             f"{__version__} reads {', '.join(KINDS)}"
         )
     if kind == LoadedMILModel.kind:  # types checked here; its own reader builds it
-        header_fields(MILModelMeta, header, str(p))
-    return KINDS[kind].from_container(header, weights, p)
+        header_fields(MILModelMeta, header, str(path))
+    return KINDS[kind].from_container(header, weights, path)
 
 
 def load_mil_model(path: str | Path) -> LoadedMILModel:

@@ -5,8 +5,9 @@ matrix."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -166,22 +167,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def expected_line(expected: dict, measured: dict) -> str:
+def _header_num(v: object) -> str:
+    """A header number at 4 decimals; ``n/a`` for anything else (the header's
+    dicts are not typed inside)."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool)
+    return f"{v:.4f}" if ok else "n/a"
+
+
+def expected_estimate(expected: Mapping[str, Any]) -> str:
     """What a consortium model file expects at a new site (its ``expected``
-    entry: the leave-one-hospital-out runs of its recipe) beside what was
-    measured here (``measured``: the report of all the data)."""
-
-    def num(v: object) -> str:  # the header's dict is not typed inside: check
-        ok = isinstance(v, int | float) and not isinstance(v, bool)
-        return f"{v:.4f}" if ok else "n/a"
-
-    lo, hi = num(expected.get("min")), num(expected.get("max"))
+    entry: the leave-one-hospital-out runs of its recipe), in one phrase
+    (``evaluate`` and ``info`` print it)."""
+    lo, hi = _header_num(expected.get("min")), _header_num(expected.get("max"))
     return (
-        f"balanced_accuracy measured here {num(measured.get('balanced_accuracy'))}"
-        f"; expected at a new site from leave-one-hospital-out: "
-        f"{num(expected.get('mean'))} [{lo}, {hi}] over "
+        f"expected at a new site from leave-one-hospital-out: "
+        f"{_header_num(expected.get('mean'))} [{lo}, {hi}] over "
         f"{expected.get('hospitals', '?')} hospitals"
     )
+
+
+def expected_line(expected: dict, measured: dict) -> str:
+    """:func:`expected_estimate` beside what was measured here (``measured``:
+    the report of all the data)."""
+    here = _header_num(measured.get("balanced_accuracy"))
+    return f"balanced_accuracy measured here {here}; {expected_estimate(expected)}"
 
 
 def _print_data(console: Console, opened: EvalData) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpath.commands.common import console
+from fedpath.commands.evaluate import expected_estimate
 from fedpath.utils.cli_args import SubParsers
 
 #: header fields printed first, in this order (the rest follow alphabetically)
@@ -83,12 +84,12 @@ def describe(path: Path) -> dict[str, Any]:
     (of the whole file, as ``sha256sum`` prints it), ``bytes``, ``tensors`` and
     ``parameters``. Raises :class:`~fedpath.errors.ArtifactError` naming the
     file when it is not a sound model file."""
-    from fedpath.loading import load_model
+    from fedpath.loading import from_container
     from fedpath.model_file import read_container
     from fedpath.models.pretrained import sha256_file
 
-    load_model(path)  # the kind's own checks of the header's fields
     header, weights = read_container(path)
+    from_container(header, weights, path)  # the kind's own checks of the fields
     return {
         "file": str(path),
         "sha256": sha256_file(path),
@@ -133,13 +134,8 @@ def render(info: Mapping[str, Any]) -> list[str]:
     if info.get("temperature") is None and kind != "ensemble":
         out.append("no temperature fitted (no validation slides): probabilities raw")
     exp = info.get("expected")
-    if isinstance(exp, Mapping) and isinstance(exp.get("mean"), int | float):
-        out.append(
-            f"expected at a new site (leave-one-hospital-out, "
-            f"{exp.get('metric', 'balanced_accuracy')}): {exp['mean']:.4f} "
-            f"[{exp.get('min', float('nan')):.4f}, {exp.get('max', float('nan')):.4f}]"
-            f" over {exp.get('hospitals', '?')} hospitals"
-        )
+    if isinstance(exp, Mapping) and exp:
+        out.append(expected_estimate(exp))
     rest = [k for k in ORDER if k in info]
     rest += sorted(k for k in info if k not in ORDER and k not in SKIP)
     rows = [row for k in rest for row in _lines(k, info[k])]

@@ -148,12 +148,8 @@ def run_adapt_bn(args: argparse.Namespace) -> int:
             step,
             all_layers=args.all_layers,
         )
-    kept = getattr(model.meta, "bn_fixed", [])
-    which = (
-        f" ({len(kept)} layers of its frozen stages kept)"
-        if kept and not args.all_layers
-        else ""
-    )
+    kept = info["kept"]
+    which = f" ({kept} layers of its frozen stages kept)" if kept else ""
     console(quiet).print(
         f"wrote {args.out}: BatchNorm statistics of {args.model} re-estimated on "
         f"{info['images']} images under {args.images}{which}",

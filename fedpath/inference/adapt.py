@@ -51,8 +51,8 @@ def adapt_model_file(
     net = copy.deepcopy(model.model)
     skipped: list[str] = []
     batches = image_batches(model, images, batch_size, skip_bad, skipped, progress)
+    keep = () if all_layers else model.meta.bn_fixed
     try:
-        keep = () if all_layers else model.meta.bn_fixed
         n = adapt_batchnorm(net, (model.to_tensor(x) for _, x in batches), keep)
     except ValueError as err:
         raise DataError(f"model file {str(model.path)!r}: {err}") from None
@@ -63,9 +63,9 @@ def adapt_model_file(
             "images": n,
             "folder": images.resolve().name,
             "from_sha256": source,
-            "layers": "all" if all_layers or not model.meta.bn_fixed else "trained",
+            "layers": "trained" if keep else "all",
             "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     )
     save_model(out, net, meta)
-    return {"images": n, "skipped": skipped}
+    return {"images": n, "skipped": skipped, "kept": len(keep)}

@@ -18,8 +18,7 @@ and re-estimated in one pass under ``torch.no_grad`` with the cumulative
 average of PyTorch (``momentum=None``: the running mean is the mean of the
 per-batch means, the running variance the mean of the per-batch unbiased
 variances), with every other module in eval mode (dropout and stochastic depth
-stay off). The layers' momentum and eval mode are
-restored afterwards.
+stay off). The layers' momentum and eval mode are restored afterwards.
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ def adapt_batchnorm(
     not named in ``keep`` on ``inputs`` (batches of model inputs); returns the
     number of inputs seen. ``keep``: the layers whose statistics training kept
     fixed (:func:`fedpath.tasks.finetune.fixed_batchnorm`, a model file's
-    ``bn_fixed``); the rest of
-    the network sees the new site's statistics through them unchanged.
+    ``bn_fixed``).
 
     Raises ``ValueError`` when the model has no BatchNorm layer with running
     statistics outside ``keep`` or when ``inputs`` is empty (the statistics

@@ -24,7 +24,7 @@ def test_only_the_batchnorm_statistics_change_and_are_recorded(
     out = tmp_path / "adapted.fpm"
     info = adapt_model_file(image_model, tmp_path / "site", out, batch_size=2)
     # batches of 2: the fifth image alone has no batch variance to use
-    assert info == {"images": 4, "skipped": []}
+    assert info == {"images": 4, "skipped": [], "kept": 0}  # no frozen stages
     adapted = load_model(out)
     assert isinstance(adapted, LoadedModel)
     record = adapted.meta.adapted_bn

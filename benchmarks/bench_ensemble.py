@@ -13,7 +13,7 @@ member and of the ensemble is measured in the same process, one after the
 other, so their ratio is the cost.
 
     FEDPATH_AMIBR=/path/to/amibr python benchmarks/bench_ensemble.py \\
-        runs/recipe/amibr_lite0_tail/fedavg
+        runs/recipe/amibr_lite0_tail/fedavg [--tta dihedral]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 import yaml
 
 from fedpath.config import build_config
-from fedpath.ensemble import save_ensemble
+from fedpath.ensemble import EnsembleNet, save_ensemble
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.evaluation.paired import bootstrap_ci, sign_flip_p
 from fedpath.loading import load_model
@@ -36,12 +36,20 @@ from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks.images import predict_probs
 
 
-def _score(model_file: Path, split: object, batch: int) -> tuple[dict, float]:
-    """Metrics of the file's model on ``split`` and seconds per image."""
+def _score(
+    model_file: Path, split: object, batch: int, tta: str | None
+) -> tuple[dict, float]:
+    """Metrics of the file's model on ``split`` and seconds per image; ``tta``
+    (``--tta``) replaces what the file (or each member of an ensemble) says."""
     model = load_model(model_file)
+    view = model.meta.tta
+    if tta is not None and isinstance(model.model, EnsembleNet):
+        model.model.tta = [tta] * len(model.model.tta)
+    elif tta is not None:
+        view = tta
     cpu = torch.device("cpu")
     t0 = time.perf_counter()
-    raw = predict_probs(model.model, split, batch, cpu, model.meta.tta)  # type: ignore[arg-type,union-attr]
+    raw = predict_probs(model.model, split, batch, cpu, view)  # type: ignore[arg-type]
     probs = model.calibrate(raw.double().numpy())
     seconds = (time.perf_counter() - t0) / len(split.labels)  # type: ignore[attr-defined]
     labels = split.labels  # type: ignore[attr-defined]
@@ -52,6 +60,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("run", type=Path, help="a method's folder: <domain>/seed<k>/")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--tta",
+        choices=["none", "dihedral"],
+        default=None,
+        help="score members and ensemble with this test-time augmentation "
+        "instead of what their files say",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     diffs, costs = [], []
@@ -71,10 +86,10 @@ def main() -> None:
         )
         split = load_dataset(cfg.data).split(domain.name, cfg.lodo.eval_split)
         batch = cfg.train.eval_batch_size
-        members = [_score(f, split, batch) for f in files]
+        members = [_score(f, split, batch, args.tta) for f in files]
         out = tmp / f"{domain.name}.fpm"
         save_ensemble(out, files)
-        ens, ens_seconds = _score(out, split, batch)
+        ens, ens_seconds = _score(out, split, batch, args.tta)
         ba = [100 * m["balanced_accuracy"] for m, _ in members]
         auc = [100 * m["auroc"] for m, _ in members]
         diffs.append(100 * ens["balanced_accuracy"] - float(np.mean(ba)))

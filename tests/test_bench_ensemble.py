@@ -9,9 +9,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 from fedpath.config import load_config
-from fedpath.runtime.experiment import run_experiment
+from fedpath.ensemble import save_ensemble
+from fedpath.evaluation.metrics import classification_metrics
+from fedpath.loading import load_model
+from fedpath.runtime.experiment import load_dataset, run_experiment
+from fedpath.tasks.images import predict_probs
 from tests.conftest import tiny_overrides
 
 
@@ -39,3 +44,34 @@ def test_the_bench_scores_each_domains_seed_ensemble_beside_its_members(
     )
     assert float(cells[4]) == pytest.approx(float(cells[3]) - float(cells[2]), abs=0.02)
     assert "over 1 held-out domains" in out and "x one member (2 members)" in out
+
+
+@pytest.mark.slow
+def test_tta_replaces_the_view_of_members_and_of_each_ensemble_member(
+    benchmark_script: Callable[[str], ModuleType], tmp_path: Path
+) -> None:
+    cfg = load_config(
+        None, tiny_overrides(tmp_path, "seeds=[0,1]", "lodo.targets=[hospital_0]")
+    )
+    run_experiment(cfg)
+    files = sorted(tmp_path.rglob("model.fpm"))
+    bench = benchmark_script("bench_ensemble")
+    split = load_dataset(cfg.data).split("hospital_0", cfg.lodo.eval_split)
+    cpu = torch.device("cpu")
+
+    def by_hand(paths: list[Path]) -> dict:
+        probs = torch.stack(
+            [
+                predict_probs(load_model(p).model, split, 64, cpu, "dihedral")
+                for p in paths
+            ]
+        ).mean(0)
+        p = probs.double().numpy()
+        return classification_metrics(split.labels, p, p.argmax(1))
+
+    member, _ = bench._score(files[0], split, 64, "dihedral")
+    assert member == pytest.approx(by_hand(files[:1]))
+    assert bench._score(files[0], split, 64, None)[0] != member
+    save_ensemble(tmp_path / "ens.fpm", files)
+    ens, _ = bench._score(tmp_path / "ens.fpm", split, 64, "dihedral")
+    assert ens == pytest.approx(by_hand(files))

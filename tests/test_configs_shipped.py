@@ -9,6 +9,7 @@ import pytest
 
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.registry import ALGORITHMS
+from fedpath.runtime.consortium import recipe
 from fedpath.runtime.suite import load_suite
 from fedpath.schema import resolve_params
 from fedpath.utils.yaml_io import read_yaml_mapping
@@ -172,3 +173,16 @@ def test_amibr_consortium_uses_the_best_measured_recipe() -> None:
     assert (ship.train.rounds, ship.evaluation.tta) == (8, "dihedral")
     assert ship.model == lite0.model and ship.data == lite0.data
     assert ship.train.lr == lite0.train.lr and ship.train.augment == lite0.train.augment
+
+
+def test_the_fast_consortium_is_the_recipe_of_its_leave_one_out_variant() -> None:
+    """configs/amibr/consortium_tail.yaml's estimate (evaluation.expected) is the
+    suite variant zoom_3_soft_tta: the two must be one recipe, or the estimate
+    is refused (fedpath.runtime.consortium.recipe)."""
+    over = ["data.root=/data/amibr"]
+    ship = load_config(ROOT / "configs" / "amibr" / "consortium_tail.yaml", over)
+    _, [loo] = load_suite(
+        ROOT / "configs" / "amibr" / "lite0_tail_recipe.yaml", over, ["zoom_3_soft_tta"]
+    )
+    assert recipe(ship) == recipe(loo)
+    assert ship.evaluation.tta == "dihedral" and ship.train.soft_labels == "agreement"

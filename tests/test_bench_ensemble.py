@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from fedpath.config import load_config
+from fedpath.config import ExperimentConfig, load_config
 from fedpath.ensemble import save_ensemble
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.loading import load_model
@@ -20,18 +20,29 @@ from fedpath.tasks.images import predict_probs
 from tests.conftest import tiny_overrides
 
 
+@pytest.fixture(scope="module")
+def two_seeds(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[ExperimentConfig, Path]:
+    """One tiny run of two seeds holding out hospital_0, shared by the tests
+    (which only read it), and its output folder."""
+    out = tmp_path_factory.mktemp("runs")
+    cfg = load_config(
+        None, tiny_overrides(out, "seeds=[0,1]", "lodo.targets=[hospital_0]")
+    )
+    run_experiment(cfg)
+    return cfg, out
+
+
 @pytest.mark.slow
 def test_the_bench_scores_each_domains_seed_ensemble_beside_its_members(
     benchmark_script: Callable[[str], ModuleType],
-    tmp_path: Path,
+    two_seeds: tuple[ExperimentConfig, Path],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cfg = load_config(
-        None, tiny_overrides(tmp_path, "seeds=[0,1]", "lodo.targets=[hospital_0]")
-    )
-    run_experiment(cfg)
-    method = next(p for p in tmp_path.rglob("hospital_0") if p.is_dir()).parent
+    _, runs = two_seeds
+    method = next(p for p in runs.rglob("hospital_0") if p.is_dir()).parent
     bench = benchmark_script("bench_ensemble")
     monkeypatch.setattr(sys, "argv", ["bench_ensemble.py", str(method)])
     bench.main()
@@ -48,13 +59,12 @@ def test_the_bench_scores_each_domains_seed_ensemble_beside_its_members(
 
 @pytest.mark.slow
 def test_tta_replaces_the_view_of_members_and_of_each_ensemble_member(
-    benchmark_script: Callable[[str], ModuleType], tmp_path: Path
+    benchmark_script: Callable[[str], ModuleType],
+    two_seeds: tuple[ExperimentConfig, Path],
+    tmp_path: Path,
 ) -> None:
-    cfg = load_config(
-        None, tiny_overrides(tmp_path, "seeds=[0,1]", "lodo.targets=[hospital_0]")
-    )
-    run_experiment(cfg)
-    files = sorted(tmp_path.rglob("model.fpm"))
+    cfg, runs = two_seeds
+    files = sorted(runs.rglob("model.fpm"))
     bench = benchmark_script("bench_ensemble")
     split = load_dataset(cfg.data).split("hospital_0", cfg.lodo.eval_split)
     cpu = torch.device("cpu")

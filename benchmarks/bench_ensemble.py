@@ -12,6 +12,11 @@ sign-flip test (:mod:`fedpath.evaluation.paired`). Wall time per image of one
 member and of the ensemble is measured in the same process, one after the
 other, so their ratio is the cost.
 
+``--split validation`` scores them on the sources' validation slides instead,
+which a recipe may choose on: the members must have held out the same slides
+(``partition.validation_seed`` fixed), so none of them trained on a slide the
+ensemble is scored on.
+
     FEDPATH_AMIBR=/path/to/amibr python benchmarks/bench_ensemble.py \\
         runs/recipe/amibr_lite0_tail/fedavg [--tta dihedral]
 """
@@ -27,7 +32,9 @@ import numpy as np
 import torch
 import yaml
 
-from fedpath.config import build_config
+from fedpath.config import ExperimentConfig, build_config
+from fedpath.data.base import Split
+from fedpath.data.partition import lodo_plan, make_clients
 from fedpath.ensemble import EnsembleNet, save_ensemble
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.evaluation.paired import bootstrap_ci, sign_flip_p
@@ -56,6 +63,28 @@ def _score(
     return classification_metrics(labels, probs, probs.argmax(1)), seconds
 
 
+def validation_split(configs: list[ExperimentConfig], target: str) -> Split:
+    """The validation slides of the fold holding out ``target``, which every
+    member must share: a fixed ``partition.validation_seed``, the same
+    ``partition`` and data."""
+    cfg = configs[0]
+    if cfg.partition.validation_seed is None or cfg.partition.validation <= 0:
+        raise SystemExit(
+            f"--split validation: the runs holding out {target} have no shared "
+            "validation slides; train the members with partition.validation > 0 "
+            "and a fixed partition.validation_seed"
+        )
+    if any(c.partition != cfg.partition or c.data != cfg.data for c in configs):
+        raise SystemExit(
+            f"--split validation: the seeds holding out {target} differ in "
+            "partition or data (their partition.validation_seed must match)"
+        )
+    dataset = load_dataset(cfg.data)
+    fold = next(f for f in lodo_plan(dataset, [target]) if f.target == target)
+    clients = make_clients(dataset, fold.sources, cfg.partition, cfg.seeds[0])
+    return Split.concat([c.validation for c in clients if c.validation is not None])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("run", type=Path, help="a method's folder: <domain>/seed<k>/")
@@ -67,10 +96,19 @@ def main() -> None:
         help="score members and ensemble with this test-time augmentation "
         "instead of what their files say",
     )
+    ap.add_argument(
+        "--split",
+        choices=["target", "validation"],
+        default="target",
+        help="target: the held-out domain (the run's evaluation split); "
+        "validation: the sources' validation slides (partition.validation_seed)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     diffs, costs = [], []
     tmp = Path(tempfile.mkdtemp(prefix="fedpath-ensemble-"))
+    where = {"target": "the held-out domain", "validation": "the sources' validation"}
+    print(f"scored on {where[args.split]} slides\n")
     print(
         "| held-out domain | members (BA %) | member mean | ensemble | diff "
         "| AUROC member mean / ensemble |"
@@ -81,10 +119,15 @@ def main() -> None:
         if len(files) < 2:
             print(f"{domain.name}: {len(files)} finished seed(s); skipped")
             continue
-        cfg = build_config(
-            yaml.safe_load((files[0].parent / "config.yaml").read_text())
-        )
-        split = load_dataset(cfg.data).split(domain.name, cfg.lodo.eval_split)
+        configs = [
+            build_config(yaml.safe_load((f.parent / "config.yaml").read_text()))
+            for f in files
+        ]
+        cfg = configs[0]
+        if args.split == "validation":
+            split = validation_split(configs, domain.name)
+        else:
+            split = load_dataset(cfg.data).split(domain.name, cfg.lodo.eval_split)
         batch = cfg.train.eval_batch_size
         members = [_score(f, split, batch, args.tta) for f in files]
         out = tmp / f"{domain.name}.fpm"

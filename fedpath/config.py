@@ -138,6 +138,12 @@ class ExperimentConfig(Checked):
             self.partition.validation,
         )
         require(
+            validating or self.partition.validation_seed is None,
+            "partition.validation_seed",
+            "null unless partition.validation > 0 (no validation slides to draw)",
+            self.partition.validation_seed,
+        )
+        require(
             validating or self.runtime.export != "selected",
             "runtime.export",
             "not 'selected' unless partition.validation > 0 (no validation split to "

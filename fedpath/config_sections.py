@@ -49,6 +49,10 @@ class PartitionConfig(Checked):
     trained on) by whole slides, then dealt to its clients by slide; the global
     model is scored on it to select a round, fit a temperature and choose an
     operating point (:mod:`fedpath.runtime.selection`). 0: off.
+    ``validation_seed``: the seed that draws those slides and deals them to the
+    clients (None: the run's seed). Fixed, every seed of a run holds out the same
+    slides, so a seed ensemble (``fedpath ensemble``) can be scored on validation
+    slides none of its members trained on.
     """
 
     config_section = "partition"
@@ -58,6 +62,7 @@ class PartitionConfig(Checked):
     mode: Literal["label", "quantity", "iid"] = "label"
     min_client_size: Annotated[int, Ge(1)] = 2
     validation: Annotated[float, Range(0, 0.5, hi_open=True)] = 0.0
+    validation_seed: Annotated[int, Ge(0)] | None = None
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 import torch
 
 from fedpath.config import ExperimentConfig, load_config
+from fedpath.data.partition import make_clients
 from fedpath.ensemble import save_ensemble
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.loading import load_model
@@ -24,11 +26,19 @@ from tests.conftest import tiny_overrides
 def two_seeds(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[ExperimentConfig, Path]:
-    """One tiny run of two seeds holding out hospital_0, shared by the tests
-    (which only read it), and its output folder."""
+    """One tiny run of two seeds holding out hospital_0, both holding out the
+    same validation slides, shared by the tests (which only read it), and its
+    output folder."""
     out = tmp_path_factory.mktemp("runs")
     cfg = load_config(
-        None, tiny_overrides(out, "seeds=[0,1]", "lodo.targets=[hospital_0]")
+        None,
+        tiny_overrides(
+            out,
+            "seeds=[0,1]",
+            "lodo.targets=[hospital_0]",
+            "partition.validation=0.25",
+            "partition.validation_seed=0",
+        ),
     )
     run_experiment(cfg)
     return cfg, out
@@ -70,13 +80,19 @@ def test_tta_replaces_the_view_of_members_and_of_each_ensemble_member(
     cpu = torch.device("cpu")
 
     def by_hand(paths: list[Path]) -> dict:
-        probs = torch.stack(
+        """The mean of the members' dihedral probabilities, each calibrated by
+        its own file (its validation temperature), as an ensemble computes them."""
+        p = np.mean(
             [
-                predict_probs(load_model(p).model, split, 64, cpu, "dihedral")
-                for p in paths
-            ]
-        ).mean(0)
-        p = probs.double().numpy()
+                load_model(f).calibrate(
+                    predict_probs(load_model(f).model, split, 64, cpu, "dihedral")
+                    .double()
+                    .numpy()
+                )
+                for f in paths
+            ],
+            axis=0,
+        )
         return classification_metrics(split.labels, p, p.argmax(1))
 
     member, _ = bench._score(files[0], split, 64, "dihedral")
@@ -85,3 +101,42 @@ def test_tta_replaces_the_view_of_members_and_of_each_ensemble_member(
     save_ensemble(tmp_path / "ens.fpm", files)
     ens, _ = bench._score(tmp_path / "ens.fpm", split, 64, "dihedral")
     assert ens == pytest.approx(by_hand(files))
+
+
+@pytest.mark.slow
+def test_on_the_validation_split_members_are_scored_on_slides_none_trained_on(
+    benchmark_script: Callable[[str], ModuleType],
+    two_seeds: tuple[ExperimentConfig, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg, runs = two_seeds
+    method = next(p for p in runs.rglob("hospital_0") if p.is_dir()).parent
+    bench = benchmark_script("bench_ensemble")
+    split = bench.validation_split([cfg], "hospital_0")
+    dataset = load_dataset(cfg.data)
+    sources = [d for d in dataset.domains if d != "hospital_0"]
+    assert len(split) and set(split.domains.tolist()) <= set(sources)
+    for seed in (0, 1):
+        clients = make_clients(dataset, sources, cfg.partition, seed)
+        trained = {s for c in clients for s in c.train.slides.tolist()}
+        assert not trained & set(split.slides.tolist())
+    monkeypatch.setattr(
+        sys, "argv", ["bench_ensemble.py", str(method), "--split", "validation"]
+    )
+    bench.main()
+    out = capsys.readouterr().out
+    assert "scored on the sources' validation slides" in out
+    row = next(line for line in out.splitlines() if line.startswith("| hospital_0"))
+    first = float(row.strip("|").split("|")[1].split(",")[0])
+    files = sorted(method.glob("hospital_0/seed*/model.fpm"))
+    member, _ = bench._score(files[0], split, 64, None)
+    assert first == pytest.approx(100 * member["balanced_accuracy"], abs=0.01)
+    # members that each held out their own slides cannot be scored there
+    own = cfg.replace(**{"partition.validation_seed": None})
+    with pytest.raises(SystemExit, match="partition.validation_seed"):
+        bench.validation_split([own], "hospital_0")
+    with pytest.raises(SystemExit, match="differ in partition or data"):
+        bench.validation_split(
+            [cfg, cfg.replace(**{"partition.validation_seed": 1})], "hospital_0"
+        )

@@ -239,8 +239,11 @@ def make_clients(
         held: list[Split | None] = [None] * k
         note = ""
         if cfg.validation > 0:
-            train, validation = hold_out_validation(train, cfg.validation, seed, domain)
-            rng = np.random.default_rng([seed, zlib.crc32(domain.encode()), 3])
+            vseed = seed if cfg.validation_seed is None else cfg.validation_seed
+            train, validation = hold_out_validation(
+                train, cfg.validation, vseed, domain
+            )
+            rng = np.random.default_rng([vseed, zlib.crc32(domain.encode()), 3])
             held = list(deal_slides(validation, k, rng))
             note = f" after holding out partition.validation={cfg.validation:g}"
         if len(train) < k * cfg.min_client_size:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpath.config import ConfigError, PartitionConfig
+from fedpath.config import ConfigError, PartitionConfig, build_config
 from fedpath.data.base import DataError
 from fedpath.data.partition import (
     ClientData,
@@ -203,3 +203,29 @@ def test_validation_that_leaves_too_little_training_names_the_key() -> None:
             PartitionConfig(2, 0.5, min_client_size=5, validation=0.4),
             seed=0,
         )
+
+
+def test_a_fixed_validation_seed_holds_out_the_same_slides_at_every_seed() -> None:
+    ds = toy_dataset(per_domain=80, slides_per_domain=10)
+    fixed = PartitionConfig(2, 0.5, validation=0.3, validation_seed=0)
+    own = PartitionConfig(2, 0.5, validation=0.3)
+    at = {k: make_clients(ds, ["d0", "d1"], fixed, seed=k) for k in range(4)}
+    # every seed holds out (and deals) the slides seed 0 holds out on its own
+    reference = make_clients(ds, ["d0", "d1"], own, seed=0)
+    for clients in at.values():
+        for a, b in zip(clients, reference, strict=True):
+            assert a.validation is not None and b.validation is not None
+            assert np.array_equal(a.validation.indices, b.validation.indices)
+    # seed 0 is the run it was without the option; the training shares still
+    # follow the run's seed
+    for a, b in zip(at[0], reference, strict=True):
+        assert np.array_equal(a.train.indices, b.train.indices)
+    trains = {k: [c.train.indices.tobytes() for c in at[k]] for k in at}
+    assert any(trains[k] != trains[0] for k in (1, 2, 3))
+
+
+def test_a_validation_seed_without_validation_slides_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="partition.validation_seed"):
+        build_config({"partition": {"validation_seed": 1}})
+    cfg = build_config({"partition": {"validation": 0.2, "validation_seed": 1}})
+    assert cfg.partition.validation_seed == 1

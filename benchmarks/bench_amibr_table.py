@@ -19,6 +19,13 @@ a time first (the suite's with ``fedpath suite --jobs N --resume``, the local
 runs as N ``fedpath run`` processes), then tabulates from the run directories;
 on a cluster, run the suite with ``--launcher ray`` (docs/parallel.md) into
 ``--out`` and this script tabulates what it finds.
+
+``--against DIR`` pairs every row with another method's runs
+(``DIR/<held-out scanner>/seed<k>/final.json``, e.g. a recipe variant of
+``configs/amibr/lite0_tail_recipe.yaml``) over the (scanner, seed) units, the
+same round and scores: DIR minus the row, with a bootstrap interval and a
+paired test (:func:`fedpath.evaluation.paired.compare`); the way to set the
+local-only row beside a federated run of the same recipe.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from _common import amibr_root, run_wall, split_overrides
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
+from fedpath.evaluation.paired import compare
+from fedpath.evaluation.tables import ResultRow
 from fedpath.runtime.experiment import WHY_NOT
 
 FOLDS = ("MIDOG21_HamamatsuXR", "MIDOG21_HamamatsuS360", "MIDOG21_AperioCS2", "TUPAC16")
@@ -112,6 +121,31 @@ def _parallel(
     print(f"all cells in {time.perf_counter() - t0:.0f} s with --jobs {args.jobs}")
 
 
+def _pair(
+    args: argparse.Namespace, scores: dict[tuple[str, str, int], dict[str, float]]
+) -> None:
+    """``--against``: that folder's runs minus each row, paired over units."""
+    label = args.against.name
+    rows = [
+        ResultRow(m, fold, seed, values) for (m, fold, seed), values in scores.items()
+    ]
+    for fold in args.folds:
+        for seed in args.seeds:
+            rec = _final(args.against / fold / f"seed{seed}")
+            if rec is None:
+                raise SystemExit(
+                    f"--against {args.against}: no finished run for {fold}, "
+                    f"seed {seed} ({fold}/seed{seed}/final.json)"
+                )
+            rows.append(
+                ResultRow(label, fold, seed, _target(rec, args.select, args.adapted))
+            )
+    print(f"\n{label} against each row, paired over (scanner, seed) units:\n")
+    for m in args.methods:
+        for metric in METRICS:
+            print("  " + compare(rows, label, m, metric, scale=100.0).line())
+
+
 def _cell(values: list[float], digits: int = 2) -> str:
     """mean ± sample std (ddof 1, as fedpath's tables; 0 for one value)."""
     std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
@@ -158,6 +192,13 @@ def main() -> None:
         help="run the table's cells N at a time first (fedpath suite --jobs N "
         "--resume for the suite's methods, N `fedpath run` processes for the "
         "local rows), then tabulate; default: one after another",
+    )
+    ap.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="a method folder (<scanner>/seed<k>/final.json) to pair every row "
+        "with: its score minus the row's, over the (scanner, seed) units",
     )
     ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
     args = ap.parse_args()
@@ -253,6 +294,8 @@ def main() -> None:
                 )
             avg = _cell([float(x) for x in per_seed], digits)
             print(f"| {m} | " + " | ".join(cells) + f" | {avg} |")
+    if args.against is not None:
+        _pair(args, scores)
     print(
         "\nwall time per run (s, config.yaml to final.json; local: per source "
         "hospital):"

@@ -224,3 +224,37 @@ def test_fedad_claim_runs_only_the_role_sets_asked_for(
     ]
     assert bench.main(argv) == 0
     assert ran == [("fedad", [bench.ROLES[1][0]]), ("fedad", [bench.ROLES[3][0]])]
+
+
+def test_against_pairs_that_folders_runs_with_each_row(
+    bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    folds, seeds = ["TUPAC16", "MIDOG21_AperioCS2"], [0, 1, 2]
+    scores, other = {}, tmp_path / "zoom_3_soft_tta"
+    for i, fold in enumerate(folds):
+        for seed in seeds:
+            row = {
+                "balanced_accuracy": 0.6 + 0.01 * (i + seed),
+                "auroc": 0.7,
+                "ece": 0.05,
+            }
+            scores[("local", fold, seed)] = row
+            ahead = {**row, "balanced_accuracy": row["balanced_accuracy"] + 0.02}
+            run = other / fold / f"seed{seed}"
+            run.mkdir(parents=True)
+            record = {"evaluation": {"target": ahead}}
+            (run / "final.json").write_text(json.dumps(record))
+    args = argparse.Namespace(
+        against=other, folds=folds, seeds=seeds, methods=["local"],
+        select="last", adapted=False,
+    )  # fmt: skip
+    bench._pair(args, scores)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "(balanced_accuracy, 6 paired" in x)
+    assert "zoom_3_soft_tta vs local" in line and "+2.00 points [+2.00, +2.00]" in line
+    assert "wins 6-0" in line
+    (other / "TUPAC16" / "seed2" / "final.json").unlink()
+    with pytest.raises(SystemExit, match="--against .*TUPAC16, seed 2"):
+        bench._pair(args, scores)

@@ -103,20 +103,13 @@ class ExperimentConfig(Checked):
             "scored on the hospitals' validation slides)",
             self.evaluation.protocol,
         )
+        seeds = self.seeds
         require(
-            len(self.seeds) >= 1, "seeds", "a non-empty list of integers", self.seeds
-        )
-        require(
-            len(set(self.seeds)) == len(self.seeds),
+            len(seeds) >= 1 and len(set(seeds)) == len(seeds) and min(seeds) >= 0,
             "seeds",
-            "distinct integers",
-            self.seeds,
-        )
-        require(
-            all(s >= 0 for s in self.seeds),
-            "seeds",
-            "integers >= 0 (they seed numpy, which refuses negative seeds)",
-            self.seeds,
+            "a non-empty list of distinct integers >= 0 (they seed numpy, which "
+            "refuses negative seeds)",
+            seeds,
         )
         for key, value in (("name", self.name), ("label", self.label)):
             require(

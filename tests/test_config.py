@@ -94,6 +94,8 @@ def test_hash_leaves_out_where_and_on_how_many_threads_a_run_ran() -> None:
             r"'lodo.targets': expected one of 'all', 'none' or a list",
         ),
         ("seeds=[]", r"'seeds': expected a non-empty list"),
+        ("seeds=[1,1]", r"'seeds': expected a non-empty list of distinct integers"),
+        ("seeds=[0,-1]", r"'seeds': expected .*integers >= 0 .*, got \[0, -1\]"),
         (
             "train.schedule=linear",
             r"'train.lr_end': expected a number when train.schedule is 'linear'",

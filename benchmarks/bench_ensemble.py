@@ -68,7 +68,7 @@ def validation_split(configs: list[ExperimentConfig], target: str) -> Split:
     member must share: a fixed ``partition.validation_seed``, the same
     ``partition`` and data."""
     cfg = configs[0]
-    if cfg.partition.validation_seed is None or cfg.partition.validation <= 0:
+    if cfg.partition.validation_seed is None:  # needs validation > 0 (config)
         raise SystemExit(
             f"--split validation: the runs holding out {target} have no shared "
             "validation slides; train the members with partition.validation > 0 "
@@ -80,7 +80,7 @@ def validation_split(configs: list[ExperimentConfig], target: str) -> Split:
             "partition or data (their partition.validation_seed must match)"
         )
     dataset = load_dataset(cfg.data)
-    fold = next(f for f in lodo_plan(dataset, [target]) if f.target == target)
+    [fold] = lodo_plan(dataset, [target])
     clients = make_clients(dataset, fold.sources, cfg.partition, cfg.seeds[0])
     return Split.concat([c.validation for c in clients if c.validation is not None])
 

@@ -44,6 +44,23 @@ def two_seeds(
     return cfg, out
 
 
+def run_bench(
+    bench: ModuleType,
+    runs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *flags: str,
+) -> tuple[str, list[str]]:
+    """The bench's output on the method folder under ``runs`` and the cells of
+    its hospital_0 row."""
+    method = next(p for p in runs.rglob("hospital_0") if p.is_dir()).parent
+    monkeypatch.setattr(sys, "argv", ["bench_ensemble.py", str(method), *flags])
+    bench.main()
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| hospital_0"))
+    return out, [c.strip() for c in row.strip("|").split("|")]
+
+
 @pytest.mark.slow
 def test_the_bench_scores_each_domains_seed_ensemble_beside_its_members(
     benchmark_script: Callable[[str], ModuleType],
@@ -52,13 +69,9 @@ def test_the_bench_scores_each_domains_seed_ensemble_beside_its_members(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, runs = two_seeds
-    method = next(p for p in runs.rglob("hospital_0") if p.is_dir()).parent
-    bench = benchmark_script("bench_ensemble")
-    monkeypatch.setattr(sys, "argv", ["bench_ensemble.py", str(method)])
-    bench.main()
-    out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith("| hospital_0"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
+    out, cells = run_bench(
+        benchmark_script("bench_ensemble"), runs, monkeypatch, capsys
+    )
     members = [float(x) for x in cells[1].split(",")]
     assert len(members) == 2 and float(cells[2]) == pytest.approx(
         sum(members) / 2, abs=0.01
@@ -111,7 +124,6 @@ def test_on_the_validation_split_members_are_scored_on_slides_none_trained_on(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     cfg, runs = two_seeds
-    method = next(p for p in runs.rglob("hospital_0") if p.is_dir()).parent
     bench = benchmark_script("bench_ensemble")
     split = bench.validation_split([cfg], "hospital_0")
     dataset = load_dataset(cfg.data)
@@ -121,15 +133,10 @@ def test_on_the_validation_split_members_are_scored_on_slides_none_trained_on(
         clients = make_clients(dataset, sources, cfg.partition, seed)
         trained = {s for c in clients for s in c.train.slides.tolist()}
         assert not trained & set(split.slides.tolist())
-    monkeypatch.setattr(
-        sys, "argv", ["bench_ensemble.py", str(method), "--split", "validation"]
-    )
-    bench.main()
-    out = capsys.readouterr().out
+    out, cells = run_bench(bench, runs, monkeypatch, capsys, "--split", "validation")
     assert "scored on the sources' validation slides" in out
-    row = next(line for line in out.splitlines() if line.startswith("| hospital_0"))
-    first = float(row.strip("|").split("|")[1].split(",")[0])
-    files = sorted(method.glob("hospital_0/seed*/model.fpm"))
+    first = float(cells[1].split(",")[0])
+    files = sorted(runs.rglob("hospital_0/seed*/model.fpm"))
     member, _ = bench._score(files[0], split, 64, None)
     assert first == pytest.approx(100 * member["balanced_accuracy"], abs=0.01)
     # members that each held out their own slides cannot be scored there

@@ -4,6 +4,7 @@ unknown names (the benchmark itself needs the data and is not run here)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -229,8 +230,6 @@ def test_fedad_claim_runs_only_the_role_sets_asked_for(
 def test_against_pairs_that_folders_runs_with_each_row(
     bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
-
     folds, seeds = ["TUPAC16", "MIDOG21_AperioCS2"], [0, 1, 2]
     scores, other = {}, tmp_path / "zoom_3_soft_tta"
     for i, fold in enumerate(folds):

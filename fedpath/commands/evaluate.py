@@ -186,11 +186,34 @@ def expected_estimate(expected: Mapping[str, Any]) -> str:
     )
 
 
+def expected_point(expected: Mapping[str, Any], measured: Mapping | None = None) -> str:
+    """How the operating point held at the leave-one-out runs' held-out
+    hospitals (``expected['operating_point']``), beside the sensitivity and
+    specificity ``measured`` here at the model's threshold when given; "" when
+    the file carries none."""
+    point = expected.get("operating_point")
+    if not isinstance(point, Mapping):
+        return ""
+    here = (measured or {}).get("operating_point") or {}
+    parts = []
+    for name in ("sensitivity", "specificity"):
+        e = point.get(name, {})
+        lo, hi = _header_num(e.get("min")), _header_num(e.get("max"))
+        at = f" measured here {_header_num(here[name])}," if name in here else ""
+        parts.append(f"{name}{at} expected {_header_num(e.get('mean'))} [{lo}, {hi}]")
+    return (
+        f"at the operating point ({_header_num(point.get('target_sensitivity'))} "
+        f"sensitivity on validation): {'; '.join(parts)}"
+    )
+
+
 def expected_line(expected: dict, measured: dict) -> str:
     """:func:`expected_estimate` beside what was measured here (``measured``:
-    the report of all the data)."""
+    the report of all the data), and :func:`expected_point` below it."""
     here = _header_num(measured.get("balanced_accuracy"))
-    return f"balanced_accuracy measured here {here}; {expected_estimate(expected)}"
+    line = f"balanced_accuracy measured here {here}; {expected_estimate(expected)}"
+    point = expected_point(expected, measured)
+    return f"{line}\n{point}" if point else line
 
 
 def _print_data(console: Console, opened: EvalData) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpath.commands.common import console
-from fedpath.commands.evaluate import expected_estimate
+from fedpath.commands.evaluate import expected_estimate, expected_point
 from fedpath.utils.cli_args import SubParsers
 
 #: header fields printed first, in this order (the rest follow alphabetically)
@@ -136,6 +136,8 @@ def render(info: Mapping[str, Any]) -> list[str]:
     exp = info.get("expected")
     if isinstance(exp, Mapping) and exp:
         out.append(expected_estimate(exp))
+        if point := expected_point(exp):
+            out.append(point)
     rest = [k for k in ORDER if k in info]
     rest += sorted(k for k in info if k not in ORDER and k not in SKIP)
     rows = [row for k in rest for row in _lines(k, info[k])]

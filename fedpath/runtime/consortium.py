@@ -100,7 +100,9 @@ def validation_split(ev: Mapping[str, Any]) -> dict[str, Any] | None:
 #: runs of its recipe (where and under which name they ran, what is held out,
 #: the method's label in tables); ``evaluation.adapt_bn`` only adds a score
 #: with the held-out domain's BatchNorm statistics (a consortium has no held-out
-#: domain): the weights and the model file are the same
+#: domain), and the operating point (``target_sensitivity``, ``positive_class``)
+#: is a threshold chosen on the validation slides after training: the weights
+#: and the balanced accuracy the estimate carries are the same either way
 NOT_RECIPE = (
     *RUN_LOCAL_KEYS,
     "name",
@@ -109,6 +111,8 @@ NOT_RECIPE = (
     "lodo",
     "evaluation.expected",
     "evaluation.adapt_bn",
+    "evaluation.target_sensitivity",
+    "evaluation.positive_class",
 )
 
 
@@ -126,8 +130,11 @@ def expected_estimate(cfg: ExperimentConfig) -> dict[str, Any]:
     -out runs under ``evaluation.expected`` (run folders, or folders above them)
     of the same recipe, their balanced accuracy per held-out hospital (mean over
     seeds, of the weights ``runtime.export`` exports), its mean, min and max;
-    {} without the key. A run of another recipe, a consortium run, or a folder
-    without finished runs is a :class:`ConfigError` naming the key."""
+    with ``evaluation.target_sensitivity`` and runs that all chose an operating
+    point for that sensitivity, how it held at their held-out hospitals
+    (``operating_point``, :func:`transferred_point`); {} without the key. A
+    run of another recipe, a consortium run, or a folder without finished runs
+    is a :class:`ConfigError` naming the key."""
     if not cfg.evaluation.expected:
         return {}
     key = "config key 'evaluation.expected'"
@@ -138,6 +145,8 @@ def expected_estimate(cfg: ExperimentConfig) -> dict[str, Any]:
         )
     which, mine = cfg.runtime.export, recipe(cfg)
     per: dict[str, list[float]] = {}
+    points: dict[str, list[tuple[float, float]]] = {}
+    all_pointed = True
     hashes, seeds = set(), set()
     for run in _finished(cfg.evaluation.expected, key):
         other = load_config(run / "config.yaml")
@@ -166,10 +175,19 @@ def expected_estimate(cfg: ExperimentConfig) -> dict[str, Any]:
                 f"{which!r} weights on its held-out hospital"
             )
         per.setdefault(rec["target"], []).append(float(value))
+        point = block.get("operating_point", {})
+        at = point.get("target", {})
+        if point.get("target_sensitivity") == cfg.evaluation.target_sensitivity and (
+            "sensitivity" in at
+        ):
+            pair = (float(at["sensitivity"]), float(at["specificity"]))
+            points.setdefault(rec["target"], []).append(pair)
+        else:
+            all_pointed = False
         hashes.add(other.hash())
         seeds.add(int(rec["seed"]))
     means = {t: sum(v) / len(v) for t, v in sorted(per.items())}
-    return {
+    out: dict[str, Any] = {
         "metric": "balanced_accuracy",
         "weights": which,
         "per_hospital": means,
@@ -180,6 +198,30 @@ def expected_estimate(cfg: ExperimentConfig) -> dict[str, Any]:
         "seeds": sorted(seeds),
         "config_hash": sorted(hashes),
     }
+    if cfg.evaluation.target_sensitivity is not None and all_pointed:
+        out["operating_point"] = transferred_point(
+            cfg.evaluation.target_sensitivity, points
+        )
+    return out
+
+
+def transferred_point(
+    target_sensitivity: float, points: Mapping[str, Sequence[tuple[float, float]]]
+) -> dict[str, Any]:
+    """How an operating point chosen on validation slides held at each held-out
+    hospital: ``points`` maps a hospital to its runs' (sensitivity,
+    specificity) at their own threshold; per hospital the mean over seeds, then
+    the mean, min and max over hospitals."""
+    out: dict[str, Any] = {"target_sensitivity": target_sensitivity}
+    for i, name in enumerate(("sensitivity", "specificity")):
+        per = {t: sum(p[i] for p in v) / len(v) for t, v in sorted(points.items())}
+        out[name] = {
+            "per_hospital": per,
+            "mean": sum(per.values()) / len(per),
+            "min": min(per.values()),
+            "max": max(per.values()),
+        }
+    return out
 
 
 def _finished(paths: Sequence[str], key: str) -> list[Path]:

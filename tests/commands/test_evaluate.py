@@ -88,3 +88,34 @@ def test_expected_line_of_a_damaged_estimate_says_na_instead_of_failing() -> Non
     # the header's dict is typed as a dict only: its values may be anything
     bad = expected_line({"mean": "x", "min": None}, {})
     assert "n/a [n/a, n/a] over ? hospitals" in bad
+
+
+def test_expected_point_puts_the_held_out_hospitals_beside_this_one() -> None:
+    from fedpath.commands.evaluate import expected_line, expected_point
+
+    def spread(mean: float, lo: float, hi: float) -> dict[str, float]:
+        return {"mean": mean, "min": lo, "max": hi}
+
+    point = {
+        "target_sensitivity": 0.9,
+        "sensitivity": spread(0.8, 0.7, 0.95),
+        "specificity": spread(0.6, 0.5, 0.65),
+    }
+    expected = {"mean": 0.6, "min": 0.5, "max": 0.7, "hospitals": 4}
+    here = {"balanced_accuracy": 0.75}
+    assert expected_point(expected) == ""  # an estimate without a point
+    assert "\n" not in expected_line(expected, here)
+    expected["operating_point"] = point
+    assert expected_point(expected) == (
+        "at the operating point (0.9000 sensitivity on validation): sensitivity "
+        "expected 0.8000 [0.7000, 0.9500]; specificity expected 0.6000 "
+        "[0.5000, 0.6500]"
+    )
+    here["operating_point"] = {"sensitivity": 0.85, "specificity": 0.55}
+    second = expected_line(expected, here).splitlines()[1]
+    assert "sensitivity measured here 0.8500, expected 0.8000" in second
+    assert "specificity measured here 0.5500, expected 0.6000" in second
+    broken = {"operating_point": {"sensitivity": {"mean": "x"}}}
+    assert "n/a sensitivity on validation): sensitivity expected n/a" in (
+        expected_point(broken)
+    )

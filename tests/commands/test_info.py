@@ -55,6 +55,22 @@ def test_info_prints_what_a_hospital_checks_before_use(
     assert "payload_sha256" not in said  # the container's bookkeeping
 
 
+def test_info_says_how_the_operating_point_held_at_held_out_hospitals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spread = {"per_hospital": {"a": 0.8, "b": 0.9}, "mean": 0.85}
+    point = {"target_sensitivity": 0.9, "sensitivity": {**spread, "min": 0.8}}
+    expected = {**EXPECTED, "operating_point": point}
+    path = member(tmp_path / "m.fpm", 0, expected=expected)
+    assert main(["info", str(path)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    at = next(i for i, ln in enumerate(said) if ln.startswith("expected at a new"))
+    assert said[at + 1].startswith("at the operating point (0.9000 sensitivity")
+    assert "sensitivity expected 0.8500 [0.8000, n/a]" in said[at + 1]
+    rows = [ln.split() for ln in said]
+    assert ["expected.operating_point.sensitivity.per_hospital.b", "0.9"] in rows
+
+
 def test_info_json_is_the_whole_header_with_the_files_sha256(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

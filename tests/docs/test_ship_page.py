@@ -54,5 +54,11 @@ def test_the_pages_synthetic_commands_run_as_written(
         r"leave-one-hospital-out: \d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\] over 4 hospitals",
         out,
     )
+    # the page's second line: the leave-one-out runs chose an operating point
+    assert re.search(
+        r"at the operating point \(0\.9000 sensitivity on validation\): sensitivity "
+        r"measured here \d\.\d{4}, expected \d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]",
+        out,
+    )
     model = tmp_path / "runs/synthetic_consortium/fedavg/none/seed0/model.fpm"
     assert model.is_file()  # the path the page names

@@ -168,6 +168,43 @@ def test_the_leave_one_out_estimate_travels_in_the_model_file(
         f"expected at a new site from leave-one-hospital-out: "
         f"{expected['mean']:.4f} [{lo:.4f}, {hi:.4f}] over 3 hospitals"
     ) in out
+    # the operating point the leave-one-out runs chose on their validation
+    # slides, scored at their held-out hospital, travels beside it
+    held = {
+        t: final_of_run(run_dir_for(loo, t, 0))["selected"]["operating_point"][
+            "target"
+        ]["sensitivity"]
+        for t in figures
+    }
+    point = expected["operating_point"]
+    assert point["target_sensitivity"] == 0.9
+    assert point["sensitivity"]["per_hospital"] == held
+    assert point["sensitivity"]["mean"] == pytest.approx(np.mean(list(held.values())))
+    assert "sensitivity on validation): sensitivity measured here" in out
+    assert f"expected {point['specificity']['mean']:.4f}" in out
+
+
+def test_leave_one_out_runs_without_an_operating_point_still_estimate(
+    tmp_path: Path,
+) -> None:
+    """The threshold is chosen after training: runs that chose none (or one for
+    another sensitivity) are the same recipe, and the file carries their
+    balanced accuracy without an operating point."""
+    bare = [o for o in LOO if not o.startswith("evaluation.target_sensitivity")]
+    for name, extra in (("none", []), ("other", ["evaluation.target_sensitivity=0.5"])):
+        loo = load_config(
+            None, tiny_overrides(tmp_path / name, *bare, *extra, "train.rounds=1")
+        )
+        run_experiment(loo)
+        cfg = consortium(
+            tmp_path / f"c_{name}",
+            "train.rounds=1",
+            f"evaluation.expected=[{tmp_path}/{name}]",
+        )
+        run_experiment(cfg)
+        model = run_dir_for(cfg, "none", 0) / "model.fpm"
+        expected = read_model_file(model)[0].expected
+        assert expected["hospitals"] == 3 and "operating_point" not in expected
 
 
 def final_of_run(run_dir: Path) -> dict[str, Any]:
@@ -194,6 +231,11 @@ def test_the_recipe_ignores_where_and_what_is_held_out(tmp_path: Path) -> None:
         None, tiny_overrides(tmp_path / "c", *LOO, "evaluation.adapt_bn=true")
     )
     assert recipe(adapted) == recipe(a)
+    # nor does the operating point: a threshold chosen after training
+    bare = [o for o in LOO if not o.startswith("evaluation.target_sensitivity")]
+    assert len(bare) == len(LOO) - 1
+    no_point = load_config(None, tiny_overrides(tmp_path / "d", *bare))
+    assert recipe(no_point) == recipe(a)
     assert recipe(a) != recipe(consortium(tmp_path, "train.lr=0.5"))
 
 

@@ -114,8 +114,9 @@ class CellView:
 
 
 class LineView(CellView):
-    """Timestamped lines: a cell's start and end always, its rounds at most one
-    line per ``interval`` seconds over the whole suite (plus each cell's last)."""
+    """Timestamped lines: a cell's start and end always, its rounds and the
+    progress of its jobs (a one-off encoding) at most one line per ``interval``
+    seconds over the whole suite (plus each cell's last round and a job's end)."""
 
     interval = 10.0
 
@@ -123,6 +124,7 @@ class LineView(CellView):
         super().__init__(*args, **kwargs)
         self._stream = stream
         self._line_at = -1e9
+        self._jobs: dict[int, list[Any]] = {}  # cell -> [what, total, done]
 
     def _line(self, text: str) -> None:
         import sys
@@ -148,7 +150,19 @@ class LineView(CellView):
         self._line(f"{self._name(idx)}: finished before, skipped")
 
     def on_job(self, idx: int, what: str, total: int) -> None:
+        self._jobs[idx] = [what, total, 0]
         self._line(f"{self._name(idx)}: {what} ({total})")
+
+    def on_advance(self, idx: int, n: int) -> None:
+        if idx not in self._jobs:
+            return
+        job = self._jobs[idx]
+        job[2] += n
+        done, total = job[2], job[1]
+        if done >= total or self.clock() - self._line_at >= self.interval:
+            self._line(f"{self._name(idx)}: {job[0].split()[0]} {done}/{total}")
+        if done >= total:
+            del self._jobs[idx]
 
     def on_finished(self, res: CellResult) -> None:
         what = (

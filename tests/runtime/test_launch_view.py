@@ -101,3 +101,25 @@ def test_bar_view_keeps_a_bar_per_running_cell(tmp_path: Path) -> None:
     assert "cell 2 fedavg -> hospital_0 (seed 0) failed: DataError: no data" in (
         buf.getvalue()
     )
+
+
+def test_line_view_writes_a_jobs_progress_throttled_and_its_end(
+    tmp_path: Path,
+) -> None:
+    now = [0.0]
+    stream = io.StringIO()
+    view = LineView([_cell(tmp_path)], 1, clock=lambda: now[0], stream=stream)
+    view.event(("job", 1, "encode manifest: lite0 maps", 100))
+    view.event(("advance", 1, 30))  # within 10 s of the last line: not written
+    now[0] = 11.0
+    view.event(("advance", 1, 30))
+    now[0] = 12.0
+    view.event(("advance", 1, 40))  # the job's end: always written
+    view.event(("advance", 1, 5))  # after the end: nothing
+    body = [ln.split("] ", 1)[1] for ln in stream.getvalue().splitlines()]
+    name = "cell 1/1 fedavg -> hospital_0 (seed 0)"
+    assert body == [
+        f"{name}: encode manifest: lite0 maps (100)",
+        f"{name}: encode 60/100",
+        f"{name}: encode 100/100",
+    ]

@@ -183,12 +183,19 @@ def test_amibr_pixel_consortium_uses_the_best_pixel_recipe() -> None:
 
 def test_the_fast_consortium_is_the_recipe_of_its_leave_one_out_variant() -> None:
     """configs/amibr/consortium_tail.yaml's estimate (evaluation.expected) is the
-    suite variant zoom_3_soft_tta: the two must be one recipe, or the estimate
-    is refused (fedpath.runtime.consortium.recipe)."""
+    suite variant zoom_3_soft_tta_172: the two must be one recipe, or the
+    estimate is refused (fedpath.runtime.consortium.recipe)."""
     over = ["data.root=/data/amibr"]
     ship = load_config(ROOT / "configs" / "amibr" / "consortium_tail.yaml", over)
     _, [loo] = load_suite(
-        ROOT / "configs" / "amibr" / "lite0_tail_recipe.yaml", over, ["zoom_3_soft_tta"]
+        ROOT / "configs" / "amibr" / "lite0_tail_recipe.yaml",
+        over,
+        ["zoom_3_soft_tta_172"],
     )
     assert recipe(ship) == recipe(loo)
     assert ship.evaluation.tta == "dihedral" and ship.train.soft_labels == "agreement"
+    assert ship.data.params["image_size"] == 172 and ship.data.params["zoom"] == 3
+    # the leave-one-out runs choose the same operating point, so the estimate
+    # carries how it held at each held-out scanner
+    sens = ship.evaluation.target_sensitivity
+    assert sens is not None and loo.evaluation.target_sensitivity == sens

@@ -186,15 +186,11 @@ def expected_estimate(cfg: ExperimentConfig) -> dict[str, Any]:
             all_pointed = False
         hashes.add(other.hash())
         seeds.add(int(rec["seed"]))
-    means = {t: sum(v) / len(v) for t, v in sorted(per.items())}
     out: dict[str, Any] = {
         "metric": "balanced_accuracy",
         "weights": which,
-        "per_hospital": means,
-        "mean": sum(means.values()) / len(means),
-        "min": min(means.values()),
-        "max": max(means.values()),
-        "hospitals": len(means),
+        **over_hospitals(per),
+        "hospitals": len(per),
         "seeds": sorted(seeds),
         "config_hash": sorted(hashes),
     }
@@ -214,14 +210,21 @@ def transferred_point(
     the mean, min and max over hospitals."""
     out: dict[str, Any] = {"target_sensitivity": target_sensitivity}
     for i, name in enumerate(("sensitivity", "specificity")):
-        per = {t: sum(p[i] for p in v) / len(v) for t, v in sorted(points.items())}
-        out[name] = {
-            "per_hospital": per,
-            "mean": sum(per.values()) / len(per),
-            "min": min(per.values()),
-            "max": max(per.values()),
-        }
+        out[name] = over_hospitals({t: [p[i] for p in v] for t, v in points.items()})
     return out
+
+
+def over_hospitals(values: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """``values`` maps a hospital to its runs' figures: per hospital the mean
+    over its runs (``per_hospital``, by name), then their ``mean``, ``min`` and
+    ``max`` over hospitals."""
+    per = {t: sum(v) / len(v) for t, v in sorted(values.items())}
+    return {
+        "per_hospital": per,
+        "mean": sum(per.values()) / len(per),
+        "min": min(per.values()),
+        "max": max(per.values()),
+    }
 
 
 def _finished(paths: Sequence[str], key: str) -> list[Path]:

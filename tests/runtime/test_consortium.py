@@ -16,7 +16,9 @@ from fedpath.cli import main
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.runtime.consortium import (
     check_consortium_validation,
+    over_hospitals,
     recipe,
+    transferred_point,
     validation_split,
 )
 from fedpath.runtime.experiment import collect_rows, run_dir_for, run_experiment
@@ -241,3 +243,21 @@ def test_the_recipe_ignores_where_and_what_is_held_out(tmp_path: Path) -> None:
 
 def test_validation_split_of_a_run_without_validation_is_none() -> None:
     assert validation_split({"target": {"accuracy": 1.0}}) is None
+
+
+def test_figures_over_hospitals_average_seeds_first_then_hospitals() -> None:
+    out = over_hospitals({"B": [0.6, 0.8, 0.7], "A": [0.5]})
+    assert list(out["per_hospital"]) == ["A", "B"]
+    assert out["per_hospital"]["B"] == pytest.approx(0.7)
+    # the mean over hospitals, not over runs (that would be 0.65)
+    assert out["mean"] == pytest.approx(0.6)
+    assert (out["min"], out["max"]) == (pytest.approx(0.5), pytest.approx(0.7))
+
+
+def test_a_transferred_point_splits_sensitivity_and_specificity() -> None:
+    out = transferred_point(0.9, {"A": [(1.0, 0.5), (0.8, 0.7)], "B": [(0.6, 0.9)]})
+    assert out["target_sensitivity"] == 0.9
+    assert out["sensitivity"]["per_hospital"] == {"A": pytest.approx(0.9), "B": 0.6}
+    assert out["specificity"]["per_hospital"] == {"A": pytest.approx(0.6), "B": 0.9}
+    assert out["sensitivity"]["mean"] == pytest.approx(0.75)
+    assert out["specificity"]["min"] == pytest.approx(0.6)

@@ -24,7 +24,8 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -203,29 +204,52 @@ def _encoded(
         path = cache_dir(cfg) / name
         cached = read_features(path, key)
         if cached is None or cached.shape[0] != len(dataset.store):
-            t0 = time.perf_counter()
-            cached = encode_all(task, model, dataset, cut, views, reporter)
-            write_features(
-                path,
-                key,
-                cached,
-                {
-                    "dataset": dataset.name,
-                    "backbone": cfg.model.backbone,
-                    "encoder_sha256": digest,
-                    "image_size": dataset.image_size,
-                    "first_trained_stage": cut,
-                    "views": views,
-                    "seconds": time.perf_counter() - t0,
-                },
-            )
-            reporter.log(
-                f"encoded {len(cached)} images with {cfg.model.backbone} in "
-                f"{time.perf_counter() - t0:.0f} s: {path}"
-            )
+            with encoding_lock(path, reporter):  # a suite's other workers wait
+                cached = read_features(path, key)  # written while this one waited?
+                if cached is None or cached.shape[0] != len(dataset.store):
+                    t0 = time.perf_counter()
+                    cached = encode_all(task, model, dataset, cut, views, reporter)
+                    attrs = {
+                        "dataset": dataset.name,
+                        "backbone": cfg.model.backbone,
+                        "encoder_sha256": digest,
+                        "image_size": dataset.image_size,
+                        "first_trained_stage": cut,
+                        "views": views,
+                        "seconds": time.perf_counter() - t0,
+                    }
+                    write_features(path, key, cached, attrs)
+                    reporter.log(
+                        f"encoded {len(cached)} images with {cfg.model.backbone} "
+                        f"in {time.perf_counter() - t0:.0f} s: {path}"
+                    )
         _ENCODED[key] = torch.from_numpy(cached)
     store = FeatureStore(_ENCODED[key], dataset.image_size, views)
     return with_store(dataset, store)
+
+
+@contextmanager
+def encoding_lock(path: Path, reporter: Reporter) -> Iterator[None]:
+    """Hold ``<path>.lock`` (an advisory ``flock``, released when its holder
+    exits or dies) while the cache file ``path`` is encoded, so that a suite's
+    workers wanting the same file encode it once: the others wait, then read
+    it. Without ``fcntl`` (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            reporter.log(f"waiting for another process to encode {path.name}")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @torch.no_grad()

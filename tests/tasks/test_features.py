@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 from pathlib import Path
 
 import h5py
@@ -22,6 +23,7 @@ from fedpath.runtime.experiment import load_dataset, run_experiment
 from fedpath.tasks import FeatureTask, TaskMismatch, make_task, prepare_dataset
 from fedpath.tasks import features as feature_path
 from fedpath.tasks.images import fit_images
+from fedpath.utils.progress import Reporter
 from tests.conftest import tiny_overrides
 from tests.fixtures import write_manifest_tree
 
@@ -338,3 +340,38 @@ def test_bad_input_names_the_option(tmp_path: Path) -> None:
         prepare_dataset(rand, load_dataset(rand.data))
     with pytest.raises(DataError, match="float embeddings"):
         FeatureStore(torch.zeros(3, 4, dtype=torch.uint8), 32)
+
+
+def test_a_worker_waits_for_another_encoding_the_same_cache_then_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suite's workers (processes) share the cache: while one encodes a file
+    (holding its lock) another wanting the same file waits and reads it, rather
+    than encoding it a second time."""
+    cfg = _cfg(tmp_path)
+    images = load_dataset(cfg.data)
+    first = prepare_dataset(cfg, images).store
+    [path] = (tmp_path / "feature_cache").glob("*.h5")
+    aside = path.with_suffix(".aside")
+    path.rename(aside)  # as if not yet written by the worker holding the lock
+    feature_path._ENCODED.clear()
+    feature_path._PREPARED.clear()
+
+    def no_encoding(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("encoded again while another worker was encoding")
+
+    monkeypatch.setattr(feature_path, "encode_all", no_encoding)
+    got: list[object] = []
+    with feature_path.encoding_lock(path, Reporter()):
+        waiter = threading.Thread(
+            target=lambda: got.append(prepare_dataset(cfg, images))
+        )
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive() and not got  # waiting for the lock
+        aside.rename(path)  # the other worker's file is complete
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and len(got) == 1
+    store = got[0].store  # type: ignore[attr-defined]
+    assert isinstance(store, FeatureStore) and isinstance(first, FeatureStore)
+    np.testing.assert_array_equal(store.features.numpy(), first.features.numpy())

@@ -86,6 +86,8 @@ class CellView:
             self.on_job(idx, str(ev[2]), int(ev[3]))
         elif kind == "advance":
             self.on_advance(idx, int(ev[2]))
+        elif kind == "log":
+            self.on_log(idx, str(ev[2]))
 
     def finished(self, res: CellResult) -> None:
         if res.ok:
@@ -110,6 +112,7 @@ class CellView:
     def on_skip(self, idx: int) -> None: ...
     def on_job(self, idx: int, what: str, total: int) -> None: ...
     def on_advance(self, idx: int, n: int) -> None: ...
+    def on_log(self, idx: int, message: str) -> None: ...
     def on_finished(self, res: CellResult) -> None: ...
 
 
@@ -163,6 +166,9 @@ class LineView(CellView):
             self._line(f"{self._name(idx)}: {job[0].split()[0]} {done}/{total}")
         if done >= total:
             del self._jobs[idx]
+
+    def on_log(self, idx: int, message: str) -> None:
+        self._line(f"{self._name(idx)}: {message}")
 
     def on_finished(self, res: CellResult) -> None:
         what = (
@@ -223,6 +229,10 @@ class BarView(CellView):
     def on_advance(self, idx: int, n: int) -> None:
         if idx in self.bars:
             self.progress.advance(self.bars[idx], n)
+
+    def on_log(self, idx: int, message: str) -> None:
+        text = f"cell {idx} {self.cells[idx].label}: {message}"
+        self.progress.console.print(text, highlight=False, markup=False)
 
     def on_finished(self, res: CellResult) -> None:
         if res.index in self.bars:

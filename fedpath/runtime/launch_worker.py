@@ -108,6 +108,9 @@ class ForwardingReporter(Reporter):
     def advance_job(self, n: int = 1, item: str = "") -> None:
         self.send(("advance", self.index, n))
 
+    def log(self, message: str) -> None:
+        self.send(("log", self.index, message))
+
 
 #: datasets loaded by this worker process, by ``repr(cfg.data)`` (a worker runs
 #: many cells of the same data)

@@ -88,6 +88,7 @@ def test_bar_view_keeps_a_bar_per_running_cell(tmp_path: Path) -> None:
         view.event(("job", 1, "encode ds", 5))
         view.event(("advance", 1, 2))
         assert [t.completed for t in view.progress.tasks] == [0, 2]
+        view.event(("log", 2, "waiting for another process to encode ds.h5"))
         view.event(("start", 1, 3, 1))  # the encoding bar gives way to the rounds
         view.event(("round", 1, 2))
         bars = {t.description.strip(): t for t in view.progress.tasks}
@@ -98,9 +99,9 @@ def test_bar_view_keeps_a_bar_per_running_cell(tmp_path: Path) -> None:
         suite = next(t for t in view.progress.tasks if t.id == view.suite)
         assert (suite.completed, suite.fields["note"].split()[0]) == (2, "1")
         assert len(view.progress.tasks) == 1  # only the suite's bar is left
-    assert "cell 2 fedavg -> hospital_0 (seed 0) failed: DataError: no data" in (
-        buf.getvalue()
-    )
+    out = buf.getvalue()
+    assert "cell 2 fedavg -> hospital_0 (seed 0) failed: DataError: no data" in out
+    assert "cell 2 fedavg -> hospital_0 (seed 0): waiting for another process" in out
 
 
 def test_line_view_writes_a_jobs_progress_throttled_and_its_end(
@@ -116,10 +117,13 @@ def test_line_view_writes_a_jobs_progress_throttled_and_its_end(
     now[0] = 12.0
     view.event(("advance", 1, 40))  # the job's end: always written
     view.event(("advance", 1, 5))  # after the end: nothing
+    now[0] = 13.0
+    view.event(("log", 1, "waiting for another process to encode x.h5"))  # always
     body = [ln.split("] ", 1)[1] for ln in stream.getvalue().splitlines()]
     name = "cell 1/1 fedavg -> hospital_0 (seed 0)"
     assert body == [
         f"{name}: encode manifest: lite0 maps (100)",
         f"{name}: encode 60/100",
         f"{name}: encode 100/100",
+        f"{name}: waiting for another process to encode x.h5",
     ]

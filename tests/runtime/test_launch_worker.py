@@ -48,7 +48,7 @@ def test_a_spec_carries_the_cell_in_plain_values(
     assert rebuilt.train.rounds == cfg.train.rounds and rebuilt.runtime.threads == 5
 
 
-def test_the_reporter_forwards_runs_rounds_and_jobs_as_events() -> None:
+def test_the_reporter_forwards_runs_rounds_jobs_and_messages_as_events() -> None:
     sent: list[Event] = []
     rep = ForwardingReporter(7, sent.append)
     rep.start_run("fedavg -> h0 (seed 0)", 4, done=1)
@@ -58,6 +58,7 @@ def test_the_reporter_forwards_runs_rounds_and_jobs_as_events() -> None:
     rep.end_round("acc 0.5")
     rep.start_job("encode", "ds", 10)
     rep.advance_job(3, item="slide_1")
+    rep.log("waiting for another process to encode ds.h5")
     rep.skip_run("x", 4)
     rep.end_run()
     assert sent == [
@@ -65,6 +66,7 @@ def test_the_reporter_forwards_runs_rounds_and_jobs_as_events() -> None:
         ("round", 7, 2),
         ("job", 7, "encode ds", 10),
         ("advance", 7, 3),
+        ("log", 7, "waiting for another process to encode ds.h5"),
         ("skip", 7),
         ("end", 7),
     ]

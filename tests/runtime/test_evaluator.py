@@ -72,3 +72,27 @@ def test_without_global_weights_only_the_clients_count(tmp_path: Path) -> None:
     assert set(out) == {"clients", "clients_mean"}
     # nothing more at the end without weights
     assert run.evaluator.final(out, None, Clients()) is out  # type: ignore[arg-type]
+
+
+def test_how_often_a_run_is_scored_leaves_its_training_untouched(
+    tmp_path: Path,
+) -> None:
+    """Scoring (every round, or only the last; with test-time augmentation)
+    draws nothing from the training's random streams: the last round's weights
+    and scores are the same, so a row may be scored at its last round only."""
+    from fedpath.runtime.experiment import run_experiment
+
+    finals = []
+    for every in (1, 3):
+        out = tmp_path / f"every{every}"
+        over = tiny_overrides(
+            out,
+            "train.rounds=3",
+            f"train.eval_every={every}",
+            "evaluation.tta=dihedral",
+        )
+        [rec] = run_experiment(load_config(None, [*over, "lodo.targets=[hospital_0]"]))
+        finals.append(rec["evaluation"]["target"])
+        rows = [r for r in read_jsonl(next(out.rglob("results.jsonl"))) if "split" in r]
+        assert sorted({r["round"] for r in rows}) == ([1, 2, 3] if every == 1 else [3])
+    assert finals[0] == finals[1]

@@ -202,11 +202,13 @@ def _encoded(
         where += "_dihedral" if views > 1 else ""
         name = f"{dataset.name}_{cfg.model.backbone}{where}_{key[:16]}.h5"
         path = cache_dir(cfg) / name
-        cached = read_features(path, key)
-        if cached is None or cached.shape[0] != len(dataset.store):
+        cached = _complete(read_features(path, key), dataset)
+        if cached is None:
             with encoding_lock(path, reporter):  # a suite's other workers wait
-                cached = read_features(path, key)  # written while this one waited?
-                if cached is None or cached.shape[0] != len(dataset.store):
+                cached = _complete(
+                    read_features(path, key), dataset
+                )  # written meanwhile?
+                if cached is None:
                     t0 = time.perf_counter()
                     cached = encode_all(task, model, dataset, cut, views, reporter)
                     attrs = {
@@ -226,6 +228,14 @@ def _encoded(
         _ENCODED[key] = torch.from_numpy(cached)
     store = FeatureStore(_ENCODED[key], dataset.image_size, views)
     return with_store(dataset, store)
+
+
+def _complete(cached: np.ndarray | None, dataset: DomainDataset) -> np.ndarray | None:
+    """The cached array when it holds one row per image of ``dataset``, else None
+    (absent, or written for a different image list)."""
+    return (
+        cached if cached is not None and cached.shape[0] == len(dataset.store) else None
+    )
 
 
 @contextmanager

@@ -202,12 +202,11 @@ def _encoded(
         where += "_dihedral" if views > 1 else ""
         name = f"{dataset.name}_{cfg.model.backbone}{where}_{key[:16]}.h5"
         path = cache_dir(cfg) / name
-        cached = _complete(read_features(path, key), dataset)
+        cached = _complete(path, key, dataset)
         if cached is None:
             with encoding_lock(path, reporter):  # a suite's other workers wait
-                cached = _complete(
-                    read_features(path, key), dataset
-                )  # written meanwhile?
+                # written by another worker while this one waited?
+                cached = _complete(path, key, dataset)
                 if cached is None:
                     t0 = time.perf_counter()
                     cached = encode_all(task, model, dataset, cut, views, reporter)
@@ -230,12 +229,11 @@ def _encoded(
     return with_store(dataset, store)
 
 
-def _complete(cached: np.ndarray | None, dataset: DomainDataset) -> np.ndarray | None:
-    """The cached array when it holds one row per image of ``dataset``, else None
-    (absent, or written for a different image list)."""
-    return (
-        cached if cached is not None and cached.shape[0] == len(dataset.store) else None
-    )
+def _complete(path: Path, key: str, dataset: DomainDataset) -> np.ndarray | None:
+    """The cached array of ``key`` at ``path`` when it holds one row per image of
+    ``dataset``; None when absent or written for a different image list."""
+    cached = read_features(path, key)
+    return cached if cached is not None and len(cached) == len(dataset.store) else None
 
 
 @contextmanager

@@ -116,12 +116,20 @@ NOT_RECIPE = (
 )
 
 
+#: how often rounds are scored: part of the recipe only through round selection
+EVAL = "train.eval_every"
+
+
 def recipe(cfg: ExperimentConfig) -> dict[str, Any]:
-    """``cfg`` flattened to dotted keys, without :data:`NOT_RECIPE`."""
+    """``cfg`` flattened to dotted keys, without :data:`NOT_RECIPE`; without
+    ``train.eval_every`` too unless the exported weights are the ``selected``
+    round's: the last round's and the round average's do not depend on which
+    rounds were scored."""
+    skip = NOT_RECIPE if cfg.runtime.export == "selected" else (*NOT_RECIPE, EVAL)
     return {
         dotted: value
         for dotted, value in flat_keys(cfg.to_dict()).items()
-        if not any(dotted == k or dotted.startswith(f"{k}.") for k in NOT_RECIPE)
+        if not any(dotted == k or dotted.startswith(f"{k}.") for k in skip)
     }
 
 

@@ -241,6 +241,36 @@ def test_the_recipe_ignores_where_and_what_is_held_out(tmp_path: Path) -> None:
     assert recipe(a) != recipe(consortium(tmp_path, "train.lr=0.5"))
 
 
+def test_which_rounds_are_scored_is_recipe_only_when_a_round_is_selected(
+    tmp_path: Path,
+) -> None:
+    """Scoring every round or only the last leaves the last round's weights
+    and their scores unchanged, so ``train.eval_every`` is no part of the
+    recipe of a run that exports them; it is when the export picks a round."""
+    base = ("lodo.targets=[hospital_0]", "train.rounds=3", "runtime.export=last")
+    runs = []
+    for every in (1, 3):
+        cfg = load_config(
+            None,
+            tiny_overrides(tmp_path / f"e{every}", *base, f"train.eval_every={every}"),
+        )
+        run_experiment(cfg)
+        weights = read_model_file(run_dir_for(cfg, "hospital_0", 0) / "model.fpm")[1]
+        scores = final_of_run(run_dir_for(cfg, "hospital_0", 0))["target"]
+        runs.append((cfg, weights, scores))
+    (a, wa, sa), (b, wb, sb) = runs
+    assert wa.keys() == wb.keys() and all(
+        np.array_equal(wa[k].numpy(), wb[k].numpy()) for k in wa
+    )
+    assert sa == sb
+    assert recipe(a) == recipe(b)
+    chosen = [
+        load_config(None, tiny_overrides(tmp_path, *LOO, f"train.eval_every={e}"))
+        for e in (1, 3)
+    ]
+    assert recipe(chosen[0]) != recipe(chosen[1])
+
+
 def test_validation_split_of_a_run_without_validation_is_none() -> None:
     assert validation_split({"target": {"accuracy": 1.0}}) is None
 

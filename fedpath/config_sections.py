@@ -74,11 +74,15 @@ class LodoConfig:
     ``eval_split``: which part of the target domain is evaluated (``all``: every
     sample, as the FedDG papers do; ``test``: only its test split).
     ``source_eval``: also evaluate the global model on each source domain's test split.
+    ``sources``: the domains that train (default: every domain but the fold's
+    target); ``[hospital_1]`` with FedAvg is hospital_1 training alone, the
+    local-only row of a leave-one-domain-out table.
     """
 
     targets: Literal["all", "none"] | list[str] = "all"
     eval_split: Literal["all", "test"] = "all"
     source_eval: bool = True
+    sources: list[str] | None = None
 
 
 @dataclass(frozen=True)

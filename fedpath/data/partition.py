@@ -52,6 +52,7 @@ def lodo_plan(
     dataset: DomainDataset,
     targets: str | Sequence[str] = "all",
     probe_train: Sequence[str] = (),
+    sources: Sequence[str] | None = None,
 ) -> list[LodoFold]:
     """Every domain once as the unseen target (``"all"``), or the listed targets.
 
@@ -60,9 +61,13 @@ def lodo_plan(
     take no part in federated training: no fold has them among its sources, and
     ``"all"`` holds out every *other* domain in turn; their data trains the
     linear probe only (:func:`fedpath.runtime.evaluate.eval_splits`).
+    ``sources`` (``lodo.sources``): only these domains train, less each fold's
+    target (None: every domain but the target).
     """
+    _check_sources(dataset, sources, probe_train)
+    train = list(dataset.domains) if sources is None else list(sources)
     if targets == "none":  # probe_train must then be [] (EvaluationConfig.check_lodo)
-        return [LodoFold("none", list(dataset.domains))]
+        return [LodoFold("none", train)]
     if len(dataset.domains) < 2:
         raise ConfigError(
             f"lodo.targets: dataset {dataset.name!r} has {len(dataset.domains)} "
@@ -84,10 +89,45 @@ def lodo_plan(
                 f"{dataset.name!r}; valid choices: {', '.join(dataset.domains)}"
             )
     _check_probe_train(dataset, chosen, probe_train)
-    return [
-        LodoFold(t, [d for d in dataset.domains if d != t and d not in kept_out])
-        for t in chosen
+    folds = [
+        LodoFold(t, [d for d in train if d != t and d not in kept_out]) for t in chosen
     ]
+    for f in folds:
+        if not f.sources:
+            raise ConfigError(
+                f"config key 'lodo.sources': {list(train)} leaves no domain to "
+                f"train on when {f.target!r} is held out; expected at least one "
+                "source domain other than each target (lodo.targets)"
+            )
+    return folds
+
+
+def _check_sources(
+    dataset: DomainDataset,
+    sources: Sequence[str] | None,
+    probe_train: Sequence[str],
+) -> None:
+    """``lodo.sources`` names domains of ``dataset``, none of them twice and
+    none kept for the probe (``evaluation.probe_train``)."""
+    if sources is None:
+        return
+    key = "config key 'lodo.sources'"
+    if not sources:
+        raise ConfigError(f"{key}: expected a non-empty list of domains, got []")
+    for d in sources:
+        if d not in dataset.domains:
+            raise ConfigError(
+                f"{key}: domain {d!r} does not exist in dataset {dataset.name!r}; "
+                f"valid choices: {', '.join(dataset.domains)}"
+            )
+        if d in probe_train:
+            raise ConfigError(
+                f"{key}: {d!r} is kept out of training for the probe "
+                "(evaluation.probe_train); expected domains that train"
+            )
+    twice = sorted({d for d in sources if list(sources).count(d) > 1})
+    if twice:
+        raise ConfigError(f"{key}: {twice} listed more than once; list each once")
 
 
 def _check_probe_train(

@@ -54,7 +54,11 @@ def run_samples(run: Run, per_domain: int, seed: int) -> Samples:
     # a consortium run (target "none") holds nothing out: its sources only
     targets: str | list[str] = "none" if run.target == "none" else [run.target]
     probe = [] if run.target == "none" else cfg.evaluation.probe_train
-    fold = next(f for f in lodo_plan(ds, targets, probe) if f.target == run.target)
+    fold = next(
+        f
+        for f in lodo_plan(ds, targets, probe, cfg.lodo.sources)
+        if f.target == run.target
+    )
     held = [] if fold.target == "none" else [fold.target]
     rng = np.random.default_rng(seed)
     parts = []

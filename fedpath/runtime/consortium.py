@@ -98,7 +98,8 @@ def validation_split(ev: Mapping[str, Any]) -> dict[str, Any] | None:
 
 #: config keys that may differ between a consortium run and the leave-one-out
 #: runs of its recipe (where and under which name they ran, what is held out,
-#: the method's label in tables); ``evaluation.adapt_bn`` only adds a score
+#: the method's label in tables; not ``lodo.sources``: which hospitals
+#: train is the recipe); ``evaluation.adapt_bn`` only adds a score
 #: with the held-out domain's BatchNorm statistics (a consortium has no held-out
 #: domain), and the operating point (``target_sensitivity``, ``positive_class``)
 #: is a threshold chosen on the validation slides after training: the weights
@@ -108,7 +109,9 @@ NOT_RECIPE = (
     "name",
     "label",
     "seeds",
-    "lodo",
+    "lodo.targets",
+    "lodo.eval_split",
+    "lodo.source_eval",
     "evaluation.expected",
     "evaluation.adapt_bn",
     "evaluation.target_sensitivity",

@@ -55,7 +55,9 @@ def plan_runs(
     """Every (fold, seed) of ``cfg``, in the order :func:`run_experiment` runs them
     (a suite counts its runs with it, before any has started: ``dataset`` may be
     the loaded one, not yet prepared, as the folds depend on its domains only)."""
-    folds = lodo_plan(dataset, cfg.lodo.targets, cfg.evaluation.probe_train)
+    folds = lodo_plan(
+        dataset, cfg.lodo.targets, cfg.evaluation.probe_train, cfg.lodo.sources
+    )
     return [(fold, seed) for fold in folds for seed in cfg.seeds]
 
 

@@ -144,7 +144,9 @@ def run_cell(spec: CellSpec, send: Send) -> CellResult:
             _DATASETS[key] = load_dataset(cfg.data)
         reporter = ForwardingReporter(spec.index, send)
         dataset = prepare_dataset(cfg, _DATASETS[key], reporter)
-        plan = lodo_plan(dataset, cfg.lodo.targets, cfg.evaluation.probe_train)
+        plan = lodo_plan(
+            dataset, cfg.lodo.targets, cfg.evaluation.probe_train, cfg.lodo.sources
+        )
         folds = [f for f in plan if f.target == spec.target]
         if not folds:
             raise ConfigError(f"no fold holds out {spec.target!r} in this dataset")

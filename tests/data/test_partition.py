@@ -111,6 +111,40 @@ def test_bad_probe_train_names_the_key(
         lodo_plan(toy_dataset(), targets, probe_train)
 
 
+def test_listed_sources_are_the_only_domains_that_train() -> None:
+    ds = toy_dataset(domains=4)
+    # one source: that hospital alone, the local-only row
+    assert [(f.target, f.sources) for f in lodo_plan(ds, ["d3"], sources=["d1"])] == [
+        ("d3", ["d1"])
+    ]
+    # each fold trains on the listed domains less its target, in the listed order
+    plan = lodo_plan(ds, ["d0", "d3"], sources=["d3", "d0", "d2"])
+    assert [(f.target, f.sources) for f in plan] == [
+        ("d0", ["d3", "d2"]),
+        ("d3", ["d0", "d2"]),
+    ]
+    assert lodo_plan(ds, "none", sources=["d1", "d2"])[0].sources == ["d1", "d2"]
+    # none listed: the plan of old
+    assert lodo_plan(ds, "all", sources=None) == lodo_plan(ds)
+
+
+@pytest.mark.parametrize(
+    ("targets", "sources", "probe_train", "message"),
+    [
+        (["d2"], ["d9"], [], r"domain 'd9' does not exist .*: d0, d1, d2\b"),
+        (["d2"], [], [], r"expected a non-empty list"),
+        (["d2"], ["d1", "d1"], [], r"\['d1'\] listed more than once"),
+        (["d2"], ["d0"], ["d0"], r"'d0' is kept out of training for the probe"),
+        ("all", ["d1"], [], r"leaves no domain to train on when 'd1' is held out"),
+    ],
+)
+def test_bad_sources_name_the_key(
+    targets: str | list[str], sources: list[str], probe_train: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match="'lodo.sources': .*" + message):
+        lodo_plan(toy_dataset(), targets, probe_train, sources)
+
+
 def test_make_clients_two_per_domain() -> None:
     ds = toy_dataset(per_domain=30)
     clients = make_clients(ds, ["d0", "d1"], PartitionConfig(2, 0.5), seed=0)

@@ -239,6 +239,8 @@ def test_the_recipe_ignores_where_and_what_is_held_out(tmp_path: Path) -> None:
     no_point = load_config(None, tiny_overrides(tmp_path / "d", *bare))
     assert recipe(no_point) == recipe(a)
     assert recipe(a) != recipe(consortium(tmp_path, "train.lr=0.5"))
+    # which hospitals train is the recipe (a local-only run is another one)
+    assert recipe(a) != recipe(consortium(tmp_path, "lodo.sources=[hospital_0]"))
 
 
 def test_which_rounds_are_scored_is_recipe_only_when_a_round_is_selected(

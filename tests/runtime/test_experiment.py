@@ -89,6 +89,23 @@ def test_a_probe_on_two_unseen_hospitals_end_to_end(tmp_path: Path) -> None:
     assert traffic and {t["client"].split("/")[0] for t in traffic} == {"hospital_2"}
 
 
+def test_one_listed_source_trains_alone_end_to_end(tmp_path: Path) -> None:
+    """``lodo.sources=[hospital_1]``: hospital_1 alone trains (the local-only
+    row), hospital_0 takes no part, hospital_2 is scored as the unseen one."""
+    over = ["lodo.targets=[hospital_2]", "lodo.sources=[hospital_1]"]
+    cfg = load_config(None, tiny_overrides(tmp_path, *over, "train.rounds=1"))
+    ds = load_dataset(cfg.data)
+    assert [(f.target, f.sources) for f, _ in plan_runs(cfg, ds)] == [
+        ("hospital_2", ["hospital_1"])
+    ]
+    (record,) = run_experiment(cfg)
+    run = run_dir_for(cfg, "hospital_2", 0)
+    assert set(record["evaluation"]["source"]) == {"hospital_1"}
+    assert record["evaluation"]["target"]["n"] == len(ds.split("hospital_2", "all"))
+    traffic = [json.loads(x) for x in (run / "traffic.jsonl").read_text().splitlines()]
+    assert traffic and {t["client"].split("/")[0] for t in traffic} == {"hospital_1"}
+
+
 def test_run_experiment_runs_the_plan_in_order_with_one_config_hash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,200 @@
+"""The local-only row of any leave-one-domain-out table: each source hospital
+trains alone and is scored at the held-out one; the row is the mean over the
+source hospitals, per (held-out domain, seed) unit.
+
+Every run is the given config (a config file, or one ``--variant`` of a suite
+with the suite's overrides) with ``lodo.sources=[<hospital>]`` and FedAvg (one
+client: local training), so the budget, recipe and scoring are the table's own.
+Runs are resumable (``fedpath run --resume``: a finished run is handed back, a
+changed config refused). ``--against DIR`` pairs a method's runs (any folder
+``fedpath compare`` reads) with the row over the same units: DIR minus
+local-only, with a bootstrap interval and a paired test.
+
+    python benchmarks/bench_local_only.py configs/claims/fedstain_synthetic.yaml \\
+        --variant fedavg --out runs/claims/synthetic_local --jobs 2 \\
+        --against runs/claims/synthetic/fedavg runs/claims/synthetic/fedstain
+
+Prints the row per held-out domain (mean ± std over seeds) with the average,
+each hospital alone per held-out domain (mean over seeds), the paired
+comparisons and the wall time per run. Threads: the config's
+``runtime.threads``; ``--jobs N`` runs N at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from _common import run_wall, split_overrides
+
+from fedpath.config import ConfigError, ExperimentConfig, load_config
+from fedpath.data.partition import lodo_plan
+from fedpath.evaluation.paired import compare
+from fedpath.evaluation.tables import ResultRow
+from fedpath.runtime.experiment import collect_rows, find_runs, load_dataset
+from fedpath.runtime.suite import load_suite
+from fedpath.utils.yaml_io import read_yaml_mapping
+
+#: the row's label in tables and comparisons
+LOCAL = "local"
+
+
+def resolve(path: Path, variant: str | None, overrides: list[str]) -> ExperimentConfig:
+    """The table's config: ``path`` itself, or its ``variant`` if it is a suite."""
+    if "variants" in read_yaml_mapping(path):
+        if variant is None:
+            raise SystemExit(f"{path} is a suite: name its --variant (e.g. fedavg)")
+        return load_suite(path, overrides, [variant])[1][0]
+    if variant is not None:
+        raise SystemExit(f"--variant {variant}: {path} is a config, not a suite")
+    return load_config(path, overrides)
+
+
+def plan(cfg: ExperimentConfig) -> list[tuple[str, str, int]]:
+    """Every (held-out domain, source hospital, seed) the row needs."""
+    if cfg.lodo.targets == "none":
+        raise SystemExit("lodo.targets: none holds nothing out; a local-only row needs")
+    folds = lodo_plan(
+        load_dataset(cfg.data),
+        cfg.lodo.targets,
+        cfg.evaluation.probe_train,
+        cfg.lodo.sources,
+    )
+    return [(f.target, s, seed) for f in folds for s in f.sources for seed in cfg.seeds]
+
+
+def run_all(
+    cfg: ExperimentConfig, cells: list[tuple[str, str, int]], jobs: int
+) -> None:
+    """Each cell as one ``fedpath run --resume`` process, ``jobs`` at a time."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / "local_config.yaml"
+    base.write_text(cfg.to_yaml())
+    todo = []
+    for target, source, seed in cells:
+        over = [
+            f"lodo.targets=[{target}]",
+            f"lodo.sources=[{source}]",
+            f"seeds=[{seed}]",
+            "algorithm.name=fedavg",
+            "algorithm.params={}",
+            f"label={LOCAL}_{source}",
+        ]
+        todo.append([sys.executable, "-m", "fedpath.cli", "run", str(base), *over])
+    done = 0
+
+    def one(argv: list[str]) -> int:
+        nonlocal done
+        code = subprocess.run([*argv, "--resume", "--quiet"]).returncode
+        done += 1
+        print(
+            f"[{time.strftime('%H:%M:%S')}] {done}/{len(todo)} local runs", flush=True
+        )
+        return code
+
+    with ThreadPoolExecutor(jobs) as pool:
+        codes = list(pool.map(one, todo))
+    if any(codes):
+        raise SystemExit(f"{sum(1 for c in codes if c)} local runs failed")
+
+
+def local_rows(
+    cfg: ExperimentConfig, metrics: list[str], select: str
+) -> tuple[list[ResultRow], dict[tuple[str, str], list[float]]]:
+    """The row (mean over source hospitals per unit) and each hospital alone's
+    first metric per (held-out domain, hospital), from the finished runs."""
+    rows = [
+        r
+        for r in collect_rows([Path(cfg.output_dir)], "target", select)
+        if r.method.startswith(f"{LOCAL}_")
+    ]
+    per_unit: dict[tuple[str, int], list[ResultRow]] = defaultdict(list)
+    alone: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        per_unit[(r.target, r.seed)].append(r)
+        value = r.metrics.get(metrics[0])
+        if value is not None:
+            alone[(r.target, r.method[len(LOCAL) + 1 :])].append(100 * value)
+    out = []
+    for (target, seed), rs in sorted(per_unit.items()):
+        mean = {}
+        for m in metrics:
+            vals = [r.metrics.get(m) for r in rs]
+            if all(v is not None for v in vals):
+                mean[m] = float(np.mean(vals))
+        out.append(ResultRow(LOCAL, target, seed, mean))
+    return out, alone
+
+
+def cell(values: list[float]) -> str:
+    """mean ± sample std (ddof 1; 0 for one value), in points."""
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return f"{np.mean(values):.2f} ± {std:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("config", type=Path, help="a config file or a suite")
+    ap.add_argument("--variant", default=None, help="the suite's variant to run")
+    ap.add_argument("--out", type=Path, required=True, help="where the runs go")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--metrics", nargs="+", default=["balanced_accuracy", "auroc"])
+    ap.add_argument(
+        "--select", choices=("last", "selected", "averaged"), default="last"
+    )
+    ap.add_argument("--against", nargs="+", default=[], help="method run folders")
+    ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
+    args = ap.parse_intermixed_args()
+    split_overrides(args, ("metrics", "against"))
+    try:
+        cfg = resolve(
+            args.config, args.variant, [*args.overrides, f"output_dir={args.out}"]
+        )
+        cells = plan(cfg)
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+    t0 = time.perf_counter()
+    run_all(cfg, cells, args.jobs)
+    print(f"{len(cells)} local runs in {time.perf_counter() - t0:.0f} s\n")
+    rows, alone = local_rows(cfg, args.metrics, args.select)
+    targets = list(dict.fromkeys(t for t, _, _ in cells))
+    for m in args.metrics:
+        print(f"{m} (%) at the held-out domain, local-only, mean ± std over seeds\n")
+        print("| " + " | ".join([*targets, "Avg"]) + " |")
+        print("|" + "---:|" * (len(targets) + 1))
+        by = {(r.target, r.seed): 100 * r.metrics[m] for r in rows if m in r.metrics}
+        per = [cell([v for (t, _), v in by.items() if t == tg]) for tg in targets]
+        avg = [np.mean([by[(t, s)] for t in targets]) for s in cfg.seeds]
+        print("| " + " | ".join([*per, cell([float(a) for a in avg])]) + " |\n")
+    print(f"each hospital alone, {args.metrics[0]} (%), mean over seeds:")
+    for (target, source), v in sorted(alone.items()):
+        print(f"  {source} -> {target}: {np.mean(v):.2f} ({len(v)} seeds)")
+    for folder in args.against:
+        theirs = collect_rows([Path(folder)], "target", args.select)
+        for method in sorted({r.method for r in theirs}):
+            print(f"\n{method} ({folder}) minus local-only, paired over units:")
+            for m in args.metrics:
+                line = compare([*rows, *theirs], method, LOCAL, m).line()
+                print("  " + line)
+    walls = [
+        run_wall(d)
+        for d in find_runs([Path(cfg.output_dir)])
+        if d.parent.parent.name.startswith(
+            f"{LOCAL}_"
+        )  # <name>/<label>/<target>/seed<k>
+    ]
+    print(
+        f"\nwall time per local run: {np.mean(walls):.0f} s "
+        f"({min(walls):.0f}-{max(walls):.0f}), {sum(walls) / 3600:.2f} h in all"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -82,12 +82,7 @@ def lodo_plan(
     )
     if not chosen and targets != "all":  # "all" minus probe_train: checked below
         raise ConfigError("lodo.targets: expected 'all' or a non-empty list of domains")
-    for t in chosen:
-        if t not in dataset.domains:
-            raise ConfigError(
-                f"lodo.targets: domain {t!r} does not exist in dataset "
-                f"{dataset.name!r}; valid choices: {', '.join(dataset.domains)}"
-            )
+    _check_known(dataset, chosen, "lodo.targets")
     _check_probe_train(dataset, chosen, probe_train)
     folds = [
         LodoFold(t, [d for d in train if d != t and d not in kept_out]) for t in chosen
@@ -102,6 +97,17 @@ def lodo_plan(
     return folds
 
 
+def _check_known(dataset: DomainDataset, names: Sequence[str], key: str) -> None:
+    """A :class:`ConfigError` naming ``key`` and the valid choices unless every
+    one of ``names`` is a domain of ``dataset``."""
+    for d in names:
+        if d not in dataset.domains:
+            raise ConfigError(
+                f"{key}: domain {d!r} does not exist in dataset {dataset.name!r}; "
+                f"valid choices: {', '.join(dataset.domains)}"
+            )
+
+
 def _check_sources(
     dataset: DomainDataset,
     sources: Sequence[str] | None,
@@ -114,12 +120,8 @@ def _check_sources(
     key = "config key 'lodo.sources'"
     if not sources:
         raise ConfigError(f"{key}: expected a non-empty list of domains, got []")
+    _check_known(dataset, sources, key)
     for d in sources:
-        if d not in dataset.domains:
-            raise ConfigError(
-                f"{key}: domain {d!r} does not exist in dataset {dataset.name!r}; "
-                f"valid choices: {', '.join(dataset.domains)}"
-            )
         if d in probe_train:
             raise ConfigError(
                 f"{key}: {d!r} is kept out of training for the probe "
@@ -139,12 +141,7 @@ def _check_probe_train(
         return
     key = "config key 'evaluation.probe_train'"
     valid = ", ".join(dataset.domains)
-    for d in probe_train:
-        if d not in dataset.domains:
-            raise ConfigError(
-                f"{key}: domain {d!r} does not exist in dataset {dataset.name!r}; "
-                f"expected domains of it, valid choices: {valid}"
-            )
+    _check_known(dataset, probe_train, key)
     for t in targets:
         if t in probe_train:
             raise ConfigError(

@@ -35,9 +35,16 @@ from _common import run_wall, split_overrides
 
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.partition import lodo_plan
+from fedpath.errors import ResumeError
 from fedpath.evaluation.paired import compare
 from fedpath.evaluation.tables import ResultRow
-from fedpath.runtime.experiment import collect_rows, find_runs, load_dataset
+from fedpath.runtime.experiment import (
+    collect_rows,
+    find_runs,
+    load_dataset,
+    run_dir_for,
+)
+from fedpath.runtime.persistence import finished_record
 from fedpath.runtime.suite import load_suite
 from fedpath.utils.yaml_io import read_yaml_mapping
 
@@ -72,7 +79,8 @@ def plan(cfg: ExperimentConfig) -> list[tuple[str, str, int]]:
 def run_all(
     cfg: ExperimentConfig, cells: list[tuple[str, str, int]], jobs: int
 ) -> None:
-    """Each cell as one ``fedpath run --resume`` process, ``jobs`` at a time."""
+    """Each cell not yet finished as one ``fedpath run --resume`` process,
+    ``jobs`` at a time; a finished one is checked to be of this config."""
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     base = out / "local_config.yaml"
@@ -87,6 +95,13 @@ def run_all(
             "algorithm.params={}",
             f"label={LOCAL}_{source}",
         ]
+        # a finished run of this very config is handed back here, without
+        # starting a process (a changed config is refused, naming the keys)
+        cell_cfg = load_config(base, over)
+        if finished_record(
+            run_dir_for(cell_cfg, target, seed), cell_cfg, cell_cfg.hash()
+        ):
+            continue
         todo.append([sys.executable, "-m", "fedpath.cli", "run", str(base), *over])
     done = 0
 
@@ -158,11 +173,11 @@ def main() -> None:
             args.config, args.variant, [*args.overrides, f"output_dir={args.out}"]
         )
         cells = plan(cfg)
-    except ConfigError as e:
+        t0 = time.perf_counter()
+        run_all(cfg, cells, args.jobs)
+    except (ConfigError, ResumeError) as e:
         raise SystemExit(str(e)) from None
-    t0 = time.perf_counter()
-    run_all(cfg, cells, args.jobs)
-    print(f"{len(cells)} local runs in {time.perf_counter() - t0:.0f} s\n")
+    print(f"{len(cells)} local runs ready in {time.perf_counter() - t0:.0f} s\n")
     rows, alone = local_rows(cfg, args.metrics, args.select)
     targets = list(dict.fromkeys(t for t, _, _ in cells))
     for m in args.metrics:

@@ -95,12 +95,21 @@ def test_the_row_is_the_mean_of_each_hospital_alone_paired_with_a_method(
         f"fedavg vs local (balanced_accuracy, 2 paired units): {diff:+.2f} points"
         in out
     )
-    # a second call hands the finished runs back instead of training again
+    # a second call hands the finished runs back without starting a process
     stamp = {k: (r / "seed0" / "final.json").stat().st_mtime for k, r in runs.items()}
-    bench_out(bench, monkeypatch, capsys, *args)
+
+    def no_process(*a: object, **k: object) -> None:
+        raise AssertionError("a finished run was started again")
+
+    monkeypatch.setattr(bench.subprocess, "run", no_process)
+    again = bench_out(bench, monkeypatch, capsys, *args)
+    assert line in again.splitlines()
     assert stamp == {
         k: (r / "seed0" / "final.json").stat().st_mtime for k, r in runs.items()
     }
+    # and refuses them for a changed config, naming the key
+    with pytest.raises(SystemExit, match="train.lr"):
+        bench_out(bench, monkeypatch, capsys, *args, "train.lr=0.5")
 
 
 def test_a_suite_needs_its_variant_and_a_config_takes_none(

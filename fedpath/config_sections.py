@@ -74,9 +74,8 @@ class LodoConfig:
     ``eval_split``: which part of the target domain is evaluated (``all``: every
     sample, as the FedDG papers do; ``test``: only its test split).
     ``source_eval``: also evaluate the global model on each source domain's test split.
-    ``sources``: the domains that train (default: every domain but the fold's
-    target); ``[hospital_1]`` with FedAvg is hospital_1 training alone, the
-    local-only row of a leave-one-domain-out table.
+    ``sources``: the domains that train, less the fold's target (default: all);
+    ``[hospital_1]`` with FedAvg is hospital_1 alone, a local-only run.
     """
 
     targets: Literal["all", "none"] | list[str] = "all"
@@ -87,10 +86,8 @@ class LodoConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Backbone name (see ``fedpath list backbones``) and its parameters.
-
-    ``weights``: optional local file with pretrained weights (never downloaded).
-    """
+    """Backbone name (see ``fedpath list backbones``) and its parameters;
+    ``weights``: optional local file with pretrained weights (never downloaded)."""
 
     backbone: str = "small_cnn"
     weights: str | None = None

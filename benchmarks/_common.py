@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from fedpath.utils.cli_args import is_override
@@ -63,6 +64,13 @@ def split_overrides(args: argparse.Namespace, options: Sequence[str]) -> None:
             continue
         setattr(args, opt, [w for w in words if not is_override(w)])
         args.overrides = [*filter(is_override, words), *args.overrides]
+
+
+def mean_std(values: Sequence[float], digits: int = 2) -> str:
+    """A table cell: mean ± sample std (ddof 1, as fedpath's tables; 0 for one
+    value)."""
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return f"{np.mean(values):.{digits}f} ± {std:.{digits}f}"
 
 
 def setup_threads() -> int:

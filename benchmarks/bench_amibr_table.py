@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _common import amibr_root, run_wall, split_overrides
+from _common import amibr_root, mean_std, run_wall, split_overrides
 
 from fedpath.cli import main as fedpath_main
 from fedpath.config import load_config
@@ -144,12 +144,6 @@ def _pair(
     for m in args.methods:
         for metric in METRICS:
             print("  " + compare(rows, label, m, metric, scale=100.0).line())
-
-
-def _cell(values: list[float], digits: int = 2) -> str:
-    """mean ± sample std (ddof 1, as fedpath's tables; 0 for one value)."""
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return f"{np.mean(values):.{digits}f} ± {std:.{digits}f}"
 
 
 def main() -> None:
@@ -287,12 +281,12 @@ def main() -> None:
             cells, per_seed = [], []
             for fold in args.folds:
                 v = [scale * scores[(m, fold, s)][metric] for s in args.seeds]
-                cells.append(_cell(v, digits))
+                cells.append(mean_std(v, digits))
             for s in args.seeds:
                 per_seed.append(
                     np.mean([scale * scores[(m, f, s)][metric] for f in args.folds])
                 )
-            avg = _cell([float(x) for x in per_seed], digits)
+            avg = mean_std([float(x) for x in per_seed], digits)
             print(f"| {m} | " + " | ".join(cells) + f" | {avg} |")
     if args.against is not None:
         _pair(args, scores)

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import run_wall, split_overrides
+from _common import mean_std, run_wall, split_overrides
 
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.partition import lodo_plan
@@ -148,12 +148,6 @@ def local_rows(
     return out, alone
 
 
-def cell(values: list[float]) -> str:
-    """mean ± sample std (ddof 1; 0 for one value), in points."""
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return f"{np.mean(values):.2f} ± {std:.2f}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("config", type=Path, help="a config file or a suite")
@@ -185,9 +179,9 @@ def main() -> None:
         print("| " + " | ".join([*targets, "Avg"]) + " |")
         print("|" + "---:|" * (len(targets) + 1))
         by = {(r.target, r.seed): 100 * r.metrics[m] for r in rows if m in r.metrics}
-        per = [cell([v for (t, _), v in by.items() if t == tg]) for tg in targets]
+        per = [mean_std([v for (t, _), v in by.items() if t == tg]) for tg in targets]
         avg = [np.mean([by[(t, s)] for t in targets]) for s in cfg.seeds]
-        print("| " + " | ".join([*per, cell([float(a) for a in avg])]) + " |\n")
+        print("| " + " | ".join([*per, mean_std([float(a) for a in avg])]) + " |\n")
     print(f"each hospital alone, {args.metrics[0]} (%), mean over seeds:")
     for (target, source), v in sorted(alone.items()):
         print(f"  {source} -> {target}: {np.mean(v):.2f} ({len(v)} seeds)")
@@ -198,12 +192,11 @@ def main() -> None:
             for m in args.metrics:
                 line = compare([*rows, *theirs], method, LOCAL, m).line()
                 print("  " + line)
+    # run folders are <name>/<label>/<target>/seed<k>
     walls = [
         run_wall(d)
         for d in find_runs([Path(cfg.output_dir)])
-        if d.parent.parent.name.startswith(
-            f"{LOCAL}_"
-        )  # <name>/<label>/<target>/seed<k>
+        if d.parent.parent.name.startswith(f"{LOCAL}_")
     ]
     print(
         f"\nwall time per local run: {np.mean(walls):.0f} s "

@@ -366,7 +366,8 @@ def build_config(raw: Mapping[str, Any]) -> ExperimentConfig:
         ),
     )
     check_distinct(data.params, "data.params", ("classes", "domains"))
-    check_distinct({"targets": cfg.lodo.targets}, "lodo", ("targets",))
+    lodo = {"targets": cfg.lodo.targets, "sources": cfg.lodo.sources}
+    check_distinct(lodo, "lodo", ("targets", "sources"))
     algorithm = dataclasses.replace(
         cfg.algorithm,
         params=_resolve(

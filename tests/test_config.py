@@ -165,6 +165,10 @@ def test_override_syntax(tmp_path: Path) -> None:
             ["lodo.targets=[hospital_1,hospital_1]"],
             r"'lodo.targets': 'hospital_1' listed twice",
         ),
+        (
+            ["lodo.sources=[hospital_1,hospital_1]"],
+            r"'lodo.sources': 'hospital_1' listed twice",
+        ),
     ],
 )
 def test_a_name_listed_twice_is_named(overrides: list[str], message: str) -> None:

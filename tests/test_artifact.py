@@ -14,7 +14,13 @@ import pytest
 import torch
 from PIL import Image
 
-from fedpath.artifact import ArtifactError, ModelMeta, read_model_file, save_model
+from fedpath.artifact import (
+    ArtifactError,
+    LoadedModel,
+    ModelMeta,
+    read_model_file,
+    save_model,
+)
 from fedpath.cli import main
 from fedpath.config import load_config
 from fedpath.evaluation.calibration import apply_temperature
@@ -127,6 +133,7 @@ def test_python_api_pil_and_tensor_agree(trained: tuple[Path, dict, list[str]]) 
     import torch
 
     model = load_model(trained[0])
+    assert isinstance(model, LoadedModel)
     rng = np.random.default_rng(0)
     arr = rng.integers(0, 255, (3, 32, 32, 3), dtype=np.uint8)
     pil = [Image.fromarray(a) for a in arr]
@@ -250,6 +257,7 @@ def test_model_file_round_trips_temperature_and_threshold(
         head.pop("expected")
 
     old = load_model(rewrite_header(path, tmp_path / "old.fpm", drop))
+    assert isinstance(model, LoadedModel) and isinstance(old, LoadedModel)
     assert old.meta.temperature is None and old.meta.threshold is None
     old_meta = read_model_file(tmp_path / "old.fpm")[0]
     assert old_meta.validation == {} and old_meta.expected == {}

@@ -10,7 +10,7 @@ import torch
 
 from fedpath.artifact import LoadedModel, ModelMeta, save_model
 from fedpath.config import ModelConfig
-from fedpath.ensemble import LoadedEnsemble, make_ensemble, save_ensemble
+from fedpath.ensemble import EnsembleMeta, LoadedEnsemble, make_ensemble, save_ensemble
 from fedpath.errors import ArtifactError
 from fedpath.loading import load_model
 from fedpath.models.backbones import build_model
@@ -32,6 +32,12 @@ def member(path: Path, seed: int, **meta: object) -> Path:
     return save_model(path, net, head)
 
 
+def _image_model(path: Path) -> LoadedModel:
+    model = load_model(path)
+    assert isinstance(model, LoadedModel)
+    return model
+
+
 def _images(n: int = 6) -> torch.Tensor:
     return torch.rand(n, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
 
@@ -44,11 +50,12 @@ def test_the_ensembles_probability_is_the_mean_of_its_members(tmp_path: Path) ->
         member(tmp_path / "c.fpm", 2, tta="dihedral", temperature=0.7),
     ]
     x = _images()
-    alone = [load_model(p).predict_proba(x) for p in paths]
+    alone = [_image_model(p).predict_proba(x) for p in paths]
     assert not np.allclose(alone[0], alone[1])  # the members differ
     out = save_ensemble(tmp_path / "ens.fpm", paths)
     ens = load_model(tmp_path / "ens.fpm")
     assert isinstance(ens, LoadedEnsemble) and isinstance(ens, LoadedModel)
+    assert isinstance(ens.meta, EnsembleMeta)
     np.testing.assert_allclose(ens.predict_proba(x), np.mean(alone, 0), atol=1e-6)
     assert ens.kind == "ensemble" and ens.meta.kind == "ensemble"
     assert ens.meta.backbone == "ensemble" and ens.meta.threshold is None
@@ -67,9 +74,9 @@ def test_an_ensemble_keeps_its_members_frozen_batchnorm_layers(tmp_path: Path) -
         member(tmp_path / f"{i}.fpm", i, bn_fixed=["encoder.stages.0.1"])
         for i in (0, 1)
     ]
-    ens = load_model(
-        save_ensemble(tmp_path / "ens.fpm", paths) and tmp_path / "ens.fpm"
-    )
+    save_ensemble(tmp_path / "ens.fpm", paths)
+    ens = load_model(tmp_path / "ens.fpm")
+    assert isinstance(ens, LoadedEnsemble)
     assert ens.meta.bn_fixed == [
         "members.0.encoder.stages.0.1",
         "members.1.encoder.stages.0.1",
@@ -84,6 +91,7 @@ def test_an_ensembles_operating_point_decides_on_the_mean(tmp_path: Path) -> Non
     paths = [member(tmp_path / f"{i}.fpm", i, threshold=0.9) for i in range(2)]
     save_ensemble(tmp_path / "ens.fpm", paths, threshold=0.3)
     ens = load_model(tmp_path / "ens.fpm")
+    assert isinstance(ens, LoadedEnsemble)
     probs = ens.predict_proba(_images(20))
     assert ens.meta.threshold == 0.3  # the members' 0.9 is not carried over
     np.testing.assert_array_equal(ens.decide(probs), (probs[:, 1] >= 0.3).astype(int))

@@ -23,9 +23,8 @@ def test_each_kind_of_file_loads_as_its_own_model(tmp_path: Path) -> None:
     image = load_model(image_model_file(tmp_path / "image.fpm"))
     mil = load_model(mil_model_file(tmp_path / "mil.fpm"))
     members = [member(tmp_path / f"{i}.fpm", i) for i in range(2)]
-    ens = load_model(
-        save_ensemble(tmp_path / "ens.fpm", members) and tmp_path / "ens.fpm"
-    )
+    save_ensemble(tmp_path / "ens.fpm", members)
+    ens = load_model(tmp_path / "ens.fpm")
     assert type(image) is LoadedModel and type(mil) is LoadedMILModel
     assert type(ens) is LoadedEnsemble
     assert sorted(KINDS) == ["ensemble", "image", "mil"]

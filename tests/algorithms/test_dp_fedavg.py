@@ -14,16 +14,21 @@ pytest.importorskip("opacus")
 
 from fedpath.algorithms.dp_fedavg import clip_update, epsilon
 from fedpath.config import ConfigError
+from fedpath.types import ArrayDict
 from fedpath.utils.io import read_jsonl
 from tests.algorithms.test_fedstain import make_run, spy_calls
 from tests.runtime.test_flower_loopback import task_identity  # noqa: F401  (fixture)
+from tests.runtime.test_inprocess import global_weights
 
 GROUP = ["algorithm.name=dp_fedavg", "model.params.norm=group", "train.rounds=1"]
 
 
 def test_clip_update_scales_to_the_clip_norm() -> None:
-    old = {"w": np.zeros(4, np.float32), "n": np.array(3, np.int64)}
-    new = {"w": np.array([3.0, 4.0, 0.0, 0.0], np.float32), "n": np.array(5, np.int64)}
+    old: ArrayDict = {"w": np.zeros(4, np.float32), "n": np.array(3, np.int64)}
+    new: ArrayDict = {
+        "w": np.array([3.0, 4.0, 0.0, 0.0], np.float32),
+        "n": np.array(5, np.int64),
+    }
     out, norm = clip_update(new, old, 1.0)
     assert norm == pytest.approx(5.0)
     np.testing.assert_allclose(out["w"], [0.6, 0.8, 0, 0], rtol=1e-6)
@@ -49,10 +54,10 @@ def test_server_mean_is_equal_weighted_and_noised_by_z_c_over_m(tmp_path: Path) 
     run = make_run(tmp_path / "a", *GROUP, "algorithm.params.noise_multiplier=0",
                    "algorithm.params.clip=1e9")  # fmt: skip
     calls = spy_calls(run)
-    old = dict(run.server.global_weights())
+    old = dict(global_weights(run))
     run.run()
     ups = [reply.arrays["weights"] for _, s, _, _, reply in calls if s == "fit"]
-    new = run.server.global_weights()
+    new = global_weights(run)
     for k, v in old.items():
         if v.dtype.kind == "f":
             mean = np.mean([u[k].astype(np.float64) for u in ups], axis=0)
@@ -68,7 +73,7 @@ def test_server_mean_is_equal_weighted_and_noised_by_z_c_over_m(tmp_path: Path) 
     for u in ups:  # every upload inside the clip ball
         _, norm = clip_update(u, sent, c)
         assert norm <= c * (1 + 1e-4)
-    new = run.server.global_weights()
+    new = global_weights(run)
     resid = np.concatenate(
         [
             (new[k] - np.mean([u[k] for u in ups], axis=0)).ravel()

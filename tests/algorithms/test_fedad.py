@@ -16,6 +16,7 @@ from fedpath.algorithms.ssl_common import LOCAL_HEADS, WEIGHTS, SSLNet
 from fedpath.config import ConfigError, resolve_params
 from fedpath.data.partition import lodo_plan
 from fedpath.losses import nt_xent
+from fedpath.models.backbones import FedModel
 from fedpath.runtime.experiment import load_dataset
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.types import ClientState, Payload, as_numpy_dict
@@ -47,7 +48,9 @@ def test_head_never_leaves_the_client_and_bytes_equal_the_encoder(
     encoder_bytes = sum(v.nbytes for v in msg.arrays[WEIGHTS].values())
     assert reply.nbytes() == encoder_bytes  # the same bytes as FedAvg of the encoder
     assert {"cl", "align", "align_raw", "ortho", "loss"} <= set(reply.scalars)
-    assert reply.scalars["align"] == pytest.approx(0.3 * reply.scalars["align_raw"])
+    align_raw = reply.scalars["align_raw"]
+    assert isinstance(align_raw, int | float)
+    assert reply.scalars["align"] == pytest.approx(0.3 * align_raw)
     # the head persists: the next round starts from the state's head
     FedADClient(params, client_ctx(cfg, rnd=2)).handle("fit", msg, state)
     assert any(not np.array_equal(head[k], state.arrays[LOCAL_HEADS][k]) for k in head)
@@ -92,6 +95,7 @@ def test_loss_is_eq1_to_eq4(tmp_path: Path) -> None:
     params = resolve_params(FedADParams, {"gamma": 2.0}, "algorithm.params")
     client = FedADClient(params, ctx)
     model = ctx.build_model()
+    assert isinstance(model, FedModel)
     heads = torch.nn.ModuleDict(FedADClient.build_local(params, model.feature_dim))
     net = SSLNet(model, torch.nn.ModuleDict(), heads).eval()
     client.begin(net, broadcast(ctx, lam=0.7), ClientState())
@@ -208,7 +212,9 @@ def test_server_atsa_static_lambda_and_checkpoint(tmp_path: Path) -> None:
         FedADParams, {"atsa_scale": "relative"}, "algorithm.params"
     )
     rel_logs = FedADServer(relative, sctx).aggregate("fit", 1, replies)
-    norm = 0.2 * logs["delta"] / (logs["delta"] + 1e-8)
+    delta = logs["delta"]
+    assert isinstance(delta, int | float)
+    norm = 0.2 * delta / (delta + 1e-8)
     assert rel_logs["delta"] == pytest.approx(logs["delta"])
     assert rel_logs["delta_norm"] == pytest.approx(norm, rel=1e-12)
     rel_target = 0.1 + 0.9 * np.exp(-20 * norm)

@@ -14,10 +14,13 @@ import torch
 
 from fedpath.algorithms.base import ProtocolError
 from fedpath.algorithms.fedalign import selective_transfer
+from fedpath.algorithms.fedccrl import FedCCRLClient
 from fedpath.algorithms.fedstain import FedStainClient
-from fedpath.algorithms.stats_exchange import audit_payload
+from fedpath.algorithms.stats_exchange import StatsExchangeServer, audit_payload
 from fedpath.config import ConfigError, load_config
 from fedpath.data.partition import lodo_plan
+from fedpath.models.backbones import FedModel
+from fedpath.params.algorithms import FedAlignParams, FedCCRLParams
 from fedpath.runtime.experiment import load_dataset
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.runtime.suite import load_suite
@@ -138,6 +141,7 @@ def test_bad_uploads_are_rejected_by_name_and_the_round_goes_on(
     with caplog.at_level(logging.WARNING, logger="fedpath"):
         record = run.run()
     assert "rejected statistics of client hospital_1/c1" in caplog.text
+    assert isinstance(run.server, StatsExchangeServer)
     assert set(run.server.pools) == {"hospital_1/c0", "hospital_2/c0", "hospital_2/c1"}
     assert 0 <= record["evaluation"]["target"]["accuracy"] <= 1
     rounds = (tmp_path / "run" / "results.jsonl").read_text()
@@ -329,11 +333,12 @@ def test_fedccrl_and_fedalign_losses_follow_their_formulas(
         tmp_path, f"algorithm.name={algorithm}", "algorithm.params.augmix=geometric"
     )
     cfg = load_config(None, over)
-    params = resolve_params(
-        ALGORITHMS.params(algorithm), cfg.algorithm.params, "algorithm.params"
-    )
+    schema = ALGORITHMS.params(algorithm)
+    assert schema is not None and issubclass(schema, FedCCRLParams)
+    params = resolve_params(schema, cfg.algorithm.params, "algorithm.params")
     ctx = make_client_context(cfg=cfg)
     client = ALGORITHMS.get(algorithm).client(params, ctx)
+    assert isinstance(client, FedCCRLClient)  # FedAlign's client is one too
     model = ctx.task.images().build_model()
     client.begin(model, Payload(), ClientState())
     x = ctx.data.load(np.arange(8)).float() / 255
@@ -341,6 +346,7 @@ def test_fedccrl_and_fedalign_losses_follow_their_formulas(
     out = client.loss(model, x, y)
     expected = out["cls"] + params.lambda1 * out["ra"] + params.lambda2 * out["js"]
     if algorithm == "fedalign":
+        assert isinstance(params, FedAlignParams)
         expected = expected + params.lambda3 * out["mse"]
         assert float(out["mse"]) > 0
     else:
@@ -353,7 +359,7 @@ def test_fedccrl_and_fedalign_losses_follow_their_formulas(
     client.generator.manual_seed(3)
     views = client.views(x)
     client.generator.manual_seed(3)
-    ce = sum(ctx.cross_entropy(model(v), y) for v in views)
+    ce = sum((ctx.cross_entropy(model(v), y) for v in views), torch.zeros(()))
     client.generator.manual_seed(3)
     torch.testing.assert_close(client.loss(model, x, y)["cls"], ce.detach())
 
@@ -439,10 +445,10 @@ def test_table_v_rows_send_and_receive_only_their_statistics(
     uploads = [(c, reply) for c, s, _, _, reply in calls if s == "stats"]
     assert len(uploads) == len(run.by_id)
     for cid, reply in uploads:
-        sent = reply.arrays["stats"]
-        assert sorted(sent) == [statistics]  # nothing but this row's statistics
+        uploaded = reply.arrays["stats"]
+        assert sorted(uploaded) == [statistics]  # nothing but this row's statistics
         n = math.ceil(0.1 * len(run.by_id[cid].train))
-        assert sent[statistics].shape == (n, 3, per_channel)
+        assert uploaded[statistics].shape == (n, 3, per_channel)
     fits = [(c, sent) for c, s, _, sent, _ in calls if s == "fit"]
     assert fits
     for cid, sent in fits:
@@ -673,6 +679,7 @@ def test_feature_mixstyle_mixes_the_views_with_their_randstain_rows(
     x = data.load(np.arange(b)).float() / 255
     y = torch.from_numpy(data.labels[:b])
     model = run.task.build_model()
+    assert isinstance(model, FedModel)
     model.train()
     base.begin(model, Payload(), run.states[base.ctx.client_id])
     stage = model.encoder.stages

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedpath.cli import main
-from fedpath.ensemble import LoadedEnsemble
+from fedpath.ensemble import EnsembleMeta, LoadedEnsemble
 from fedpath.loading import load_model
 from tests.inference.conftest import write_images
 from tests.test_ensemble import member
@@ -40,6 +40,7 @@ def test_the_ensemble_command_writes_a_file_predict_and_adapt_bn_use(
     assert main(["adapt-bn", str(ens), str(images), "--out", str(adapted), "-q"]) == 0
     again = load_model(adapted)
     assert isinstance(again, LoadedEnsemble) and again.meta.adapted_bn["images"] == 4
+    assert isinstance(again.meta, EnsembleMeta)
     assert again.meta.threshold == 0.4 and len(again.meta.members) == 3
 
 

@@ -101,8 +101,9 @@ def test_expected_point_puts_the_held_out_hospitals_beside_this_one() -> None:
         "sensitivity": spread(0.8, 0.7, 0.95),
         "specificity": spread(0.6, 0.5, 0.65),
     }
-    expected = {"mean": 0.6, "min": 0.5, "max": 0.7, "hospitals": 4}
-    here = {"balanced_accuracy": 0.75}
+    # header-like dicts: the operating point is added to them below
+    expected: dict[str, object] = {"mean": 0.6, "min": 0.5, "max": 0.7, "hospitals": 4}
+    here: dict[str, object] = {"balanced_accuracy": 0.75}
     assert expected_point(expected) == ""  # an estimate without a point
     assert "\n" not in expected_line(expected, here)
     expected["operating_point"] = point

@@ -22,7 +22,9 @@ from fedpath.evaluation.paired import (
 from fedpath.evaluation.tables import ResultRow
 
 
-def _rows(method: str, values: dict[tuple[str, int], float], key: str = "acc"):
+def _rows(
+    method: str, values: dict[tuple[str, int], float], key: str = "acc"
+) -> list[ResultRow]:
     return [ResultRow(method, t, s, {key: v}) for (t, s), v in values.items()]
 
 

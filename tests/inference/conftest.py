@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def image_model_file(path: Path, **meta: object) -> Path:
     return save_model(path, net, head)
 
 
-def mil_model_file(path: Path, **meta: object) -> Path:
+def mil_model_file(path: Path, **meta: Any) -> Path:
     """A random ABMIL of bags of dimension :data:`DIM` as a model file."""
     torch.manual_seed(0)
     params = {"hidden": 8, "attn_dim": 4}

@@ -21,11 +21,8 @@ from tests.inference.conftest import (
     write_images,
 )
 
-RUN_DATA = {
-    "name": "synthetic",
-    "root": None,
-    "params": {"num_hospitals": 2, "samples_per_hospital": 8, "image_size": 32},
-}
+RUN_PARAMS = {"num_hospitals": 2, "samples_per_hospital": 8, "image_size": 32}
+RUN_DATA = {"name": "synthetic", "root": None, "params": RUN_PARAMS}
 
 
 def test_the_model_kind_picks_images_or_bags(
@@ -73,7 +70,7 @@ def test_a_registered_dataset_is_rebuilt_with_the_runs_settings(
         opened.settings is not None and opened.settings["source"] == "the model's run"
     )
     # the run's params, at the model's input size
-    assert opened.settings["params"] == {**RUN_DATA["params"], "image_size": SIZE}
+    assert opened.settings["params"] == {**RUN_PARAMS, "image_size": SIZE}
     over = open_data("synthetic", model, overrides=["data.params.num_hospitals=3"])
     assert over.settings is not None and over.domains is None
     assert over.settings["params"]["num_hospitals"] == 3

@@ -70,8 +70,9 @@ def test_js_matches_torch_kl_div_batchmean_formulation() -> None:
     g = gen(2)
     logits = [torch.randn(7, 3, generator=g) for _ in range(3)]
     probs = [lg.softmax(1) for lg in logits]
-    log_m = torch.clamp(sum(probs) / 3, 1e-7, 1).log()
-    expected = sum(F.kl_div(log_m, p, reduction="batchmean") for p in probs) / 3
+    zero = torch.zeros(())
+    log_m = torch.clamp(sum(probs, zero) / 3, 1e-7, 1).log()
+    expected = sum((F.kl_div(log_m, p, reduction="batchmean") for p in probs), zero) / 3
     assert torch.allclose(js_divergence(logits), expected, atol=1e-6)
 
 
@@ -140,7 +141,7 @@ def test_bad_inputs_raise() -> None:
     check_errors(
         [
             (lambda: js_divergence([x2]), ValueError, "at least 2"),
-            (lambda: js_divergence(x2), TypeError, "sequence"),
+            (lambda: js_divergence(x2), TypeError, "sequence"),  # type: ignore[arg-type]
             (
                 lambda: js_divergence([x2, torch.randn(4, 4)]),
                 ValueError,
@@ -154,7 +155,7 @@ def test_bad_inputs_raise() -> None:
             (lambda: generalized_cross_entropy(x2, lab[:2]), ValueError, "targets"),
             (lambda: generalized_cross_entropy(x3, lab), ValueError, "logits"),
             (
-                lambda: generalized_cross_entropy(x2, lab, reduction="x"),
+                lambda: generalized_cross_entropy(x2, lab, reduction="x"),  # type: ignore[arg-type]
                 ValueError,
                 "red",
             ),

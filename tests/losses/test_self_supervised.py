@@ -121,6 +121,7 @@ def test_moon_round_zero_and_detach() -> None:
     z = torch.randn(3, 4, generator=g, requires_grad=True)
     zg = torch.randn(3, 4, generator=g, requires_grad=True)
     zp = torch.randn(3, 4, generator=g, requires_grad=True)
+    empty: list[torch.Tensor] | None
     for empty in (None, []):
         out = moon_contrastive(z, zg, empty)
         assert out.item() == 0.0 and out.dtype == z.dtype and out.shape == ()

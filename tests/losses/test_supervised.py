@@ -211,10 +211,10 @@ def test_bad_inputs_raise() -> None:
             (lambda: supcon_loss(x3, lab.repeat(2)), ValueError, "labels"),
             (lambda: supcon_loss(x2, lab, temperature=0.0), ValueError, "temperature"),
             (lambda: supcon_loss(x2, lab, 0.1, -1.0), ValueError, "base_temperature"),
-            (lambda: supcon_loss(x2, lab, reduction="none"), ValueError, "reduction"),
+            (lambda: supcon_loss(x2, lab, reduction="none"), ValueError, "reduction"),  # type: ignore[arg-type]
             (lambda: supcon_loss(x2[:1], lab[:1]), ValueError, "at least 2"),
             (lambda: supcon_loss(lab.reshape(2, 2), lab[:2]), ValueError, "floating"),
-            (lambda: supcon_loss(x2.tolist(), lab), TypeError, "features"),
+            (lambda: supcon_loss(x2.tolist(), lab), TypeError, "features"),  # type: ignore[arg-type]
             (lambda: paired_supcon(x2, x2[:3], lab), ValueError, "z_view"),
             (
                 lambda: fedccrl_contrastive(x2, torch.randn(4, 5), lab),

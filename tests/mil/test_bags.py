@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from functools import partial
 from pathlib import Path
 
 import h5py
@@ -168,10 +169,12 @@ def test_loader_errors_name_the_file_or_slide(tmp_path: Path) -> None:
 
 
 def test_synthetic_bags_are_deterministic_and_balanced() -> None:
-    kw = {"num_domains": 2, "slides_per_domain": 6, "dim": 16, "patches": (50, 60)}
-    a, b = synthetic_bags(**kw), synthetic_bags(**kw)
+    make = partial(
+        synthetic_bags, num_domains=2, slides_per_domain=6, dim=16, patches=(50, 60)
+    )
+    a, b = make(), make()
     assert all(torch.equal(x.features, y.features) for x, y in zip(a, b, strict=True))
-    c = synthetic_bags(**kw, seed=1)
+    c = make(seed=1)
     assert not torch.equal(a[0].features, c[0].features)
     assert a.counts() == {f"hospital_{d}": {"normal": 3, "tumour": 3} for d in range(2)}
     assert all(50 <= bag.num_patches <= 60 and bag.dim == 16 for bag in a)

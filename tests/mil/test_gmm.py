@@ -12,7 +12,7 @@ from scipy.stats import multivariate_normal
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture
 
-from fedpath.mil.gmm import fit_gmm, fit_gmms
+from fedpath.mil.gmm import Covariance, fit_gmm, fit_gmms
 
 REG = 1e-4
 
@@ -47,7 +47,7 @@ def _hard_init(x: np.ndarray, seeds: np.ndarray, kind: str) -> dict[str, np.ndar
 
 
 @pytest.mark.parametrize("kind", ["full", "diag"])
-def test_em_matches_sklearn_from_the_same_start(kind: str) -> None:
+def test_em_matches_sklearn_from_the_same_start(kind: Covariance) -> None:
     x = _blobs()
     seeds = x[[3, 50, 200, 400]]
     for iters in (1, 7):
@@ -75,7 +75,7 @@ def test_em_matches_sklearn_from_the_same_start(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["full", "diag"])
-def test_default_fit_reaches_sklearn_log_likelihood(kind: str) -> None:
+def test_default_fit_reaches_sklearn_log_likelihood(kind: Covariance) -> None:
     x = _blobs(n=1500, d=8, m=5, seed=1)
     sk = GaussianMixture(5, covariance_type=kind, reg_covar=REG, random_state=0)
     sk_ll = sk.fit(x).score(x)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from fedpath.config import ConfigError
 from fedpath.mil import MIL_MODELS, build_mil_model, synthetic_bags
 from fedpath.mil.bags import SlideBag
+from fedpath.mil.models import MILModel
 from fedpath.mil.transmil import NystromAttention, iterative_pinv
 from fedpath.registry import UnknownNameError
 
@@ -23,7 +25,7 @@ SMALL = {
 BRANCHES = {"abmil": 1, "clam_sb": 1, "clam_mb": C, "acmil": 3, "transmil": 1}
 
 
-def _model(name: str, **extra: object) -> torch.nn.Module:
+def _model(name: str, **extra: object) -> MILModel:
     torch.manual_seed(0)
     return build_mil_model(name, D, C, {**SMALL[name], **extra})
 
@@ -67,7 +69,11 @@ def test_gradients_reach_the_feature_layer(name: str) -> None:
     out = model(torch.randn(20, D), torch.tensor([1]))
     loss = F.cross_entropy(out.logits, torch.tensor([1])) + out.aux_loss
     loss.backward()
-    fc = model.fc[0].weight  # type: ignore[index]
+    reduction = model.fc
+    assert isinstance(reduction, nn.Sequential)
+    first = reduction[0]
+    assert isinstance(first, nn.Linear)
+    fc = first.weight
     assert fc.grad is not None and bool(fc.grad.abs().sum() > 0)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert all(bool(torch.isfinite(g).all()) for g in grads)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from fedpath.mil.models_attention import CLAM
 from tests.mil.test_models import D, _model
 
 
@@ -23,20 +25,23 @@ def test_attention_models_are_permutation_invariant(name: str) -> None:
 @pytest.mark.parametrize("name", ["clam_sb", "clam_mb"])
 def test_clam_instance_loss_small_bags(name: str) -> None:
     model = _model(name).train()
+    assert isinstance(model, CLAM)
     assert float(model(torch.randn(1, D), 0).aux_loss) == 0.0  # N = 1: no pairs
     out = model(torch.randn(5, D), 2)  # N < k_sample = 8: k = 2
     out.aux_loss.backward()
-    heads = model.instance_heads  # type: ignore[attr-defined]
-    assert heads[2].weight.grad is not None  # the true class's classifier
-    assert heads[0].weight.grad is None  # not subtyping: other classes unused
+    true_head, other_head = model.instance_heads[2], model.instance_heads[0]
+    assert isinstance(true_head, nn.Linear) and isinstance(other_head, nn.Linear)
+    assert true_head.weight.grad is not None  # the true class's classifier
+    assert other_head.weight.grad is None  # not subtyping: other classes unused
 
 
 def test_clam_aux_is_the_weighted_instance_loss() -> None:
     model = _model("clam_sb", dropout=0.0).train()
+    assert isinstance(model, CLAM)
     x = torch.randn(30, D)
     out = model(x, 1)
-    h = model.fc(x)  # type: ignore[operator]
-    inst = model.instance_loss(h, out.attention, 1)  # type: ignore[operator]
+    h = model.fc(x)
+    inst = model.instance_loss(h, out.attention, 1)
     assert torch.allclose(out.aux_loss, 0.3 / 0.7 * inst)
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
+from torch import nn
 
 from fedpath.config import ConfigError, ModelConfig, load_config
 from fedpath.models.backbones import NORM_TYPES, build_model, keys_of_modules
@@ -57,10 +58,12 @@ def test_pretrained_weights_from_local_torchvision_file(tmp_path: Path) -> None:
     path = tmp_path / "r18.pth"
     torch.save(tv.state_dict(), path)
     model = build_model(ModelConfig(backbone="resnet18", weights=str(path)), 2)
-    torch.testing.assert_close(model.encoder.stem[0].weight, tv.conv1.weight)
-    torch.testing.assert_close(
-        model.encoder.stages[3][1].bn2.running_var, tv.layer4[1].bn2.running_var
-    )
+    stem, last_stage = model.encoder.stem, model.encoder.stages[3]
+    assert isinstance(stem, nn.Sequential) and isinstance(last_stage, nn.Sequential)
+    torch.testing.assert_close(stem[0].weight, tv.conv1.weight)
+    bn2 = last_stage[1].bn2
+    assert isinstance(bn2, nn.BatchNorm2d)
+    torch.testing.assert_close(bn2.running_var, tv.layer4[1].bn2.running_var)
 
 
 def test_pretrained_weights_errors_name_the_file(tmp_path: Path) -> None:

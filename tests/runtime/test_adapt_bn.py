@@ -14,15 +14,21 @@ from fedpath.runtime.averaging import RoundAverage
 from fedpath.runtime.evaluate import EvalModel
 
 
+def running_mean(model: nn.Module) -> torch.Tensor:
+    """The running mean of ``model``, a batch-norm layer that tracks it."""
+    assert isinstance(model, nn.BatchNorm1d) and model.running_mean is not None
+    return model.running_mean
+
+
 class Task:
     """Adapting sets the running mean to the images' mean; evaluation reads it."""
 
     def adapt(self, model: nn.Module, images: Any) -> int:
-        model.running_mean.fill_(float(np.mean(images)))
+        running_mean(model).fill_(float(np.mean(images)))
         return len(images)
 
     def evaluate(self, model: nn.Module, split: Any) -> dict[str, float]:
-        return {"mean": float(model.running_mean[0])}
+        return {"mean": float(running_mean(model)[0])}
 
 
 class Dataset:
@@ -32,7 +38,7 @@ class Dataset:
 
 def weights(mean: float) -> dict[str, np.ndarray]:
     bn = nn.BatchNorm1d(2)
-    bn.running_mean.fill_(mean)
+    running_mean(bn).fill_(mean)
     return {k: v.numpy().copy() for k, v in bn.state_dict().items()}
 
 
@@ -64,7 +70,7 @@ def test_last_and_averaged_weights_get_adapted_blocks() -> None:
     assert out["target"] == {"mean": 2.0}  # the unadapted blocks stay
     assert "selected" not in out
     # the evaluation model holds the last weights again, unadapted
-    assert torch.equal(model.module.running_mean, torch.full((2,), 2.0))
+    assert torch.equal(running_mean(model.module), torch.full((2,), 2.0))
 
 
 def test_without_a_held_out_split_the_evaluated_images_adapt() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,8 @@ from tests.runtime.test_flower_loopback import (
 )
 
 CLIENTS = ["hospital_0/c0", "hospital_1/c0"]
+#: the run config that turns SecAgg+ on (Federation.run takes any config values)
+SECAGGPLUS: dict[str, Any] = {RC_MODE: "secaggplus"}
 ONE_ROUND = "train.rounds=1"
 
 
@@ -41,7 +44,7 @@ def test_secaggplus_round_over_processes_equals_plain_within_the_bound(
     federation: Federation, tmp_path: Path
 ) -> None:
     cfg = config(tmp_path / "flower", ONE_ROUND)
-    run_id = federation.run(cfg, **{RC_MODE: "secaggplus"})
+    run_id = federation.run(cfg, **SECAGGPLUS)
     assert records(cfg, "failure") == []
     reference = in_process(tmp_path, ONE_ROUND)
     secure, plain = final_state(cfg), final_state(reference)

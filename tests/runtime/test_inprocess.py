@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from fedpath.runtime.experiment import (
     run_experiment,
 )
 from fedpath.runtime.inprocess import InProcessRun
-from fedpath.types import Payload
+from fedpath.types import ArrayDict, Payload, Scalar
 from tests.conftest import tiny_overrides
 
 
@@ -180,11 +181,20 @@ class Spy:
         self.replies: dict[str, Payload] = {}
         inner = run.server.aggregate
 
-        def aggregate(stage: str, rnd: int, replies: dict[str, Payload]) -> dict:
+        def aggregate(
+            stage: str, rnd: int, replies: Mapping[str, Payload]
+        ) -> dict[str, Scalar]:
             self.replies = {c: p.copy() for c, p in replies.items()}
             return inner(stage, rnd, replies)
 
         run.server.aggregate = aggregate  # type: ignore[method-assign]
+
+
+def global_weights(run: InProcessRun) -> ArrayDict:
+    """The server's global model (every algorithm here keeps one)."""
+    weights = run.server.global_weights()
+    assert weights is not None
+    return weights
 
 
 def one_run(tmp_path: Path, *extra: str) -> InProcessRun:
@@ -200,7 +210,7 @@ def test_server_weights_are_the_example_weighted_mean(tmp_path: Path) -> None:
     run.run()
     n = {c: float(p.scalars["num_examples"]) for c, p in spy.replies.items()}
     assert n == {c.client_id: float(len(c.train)) for c in run.clients}
-    glob = run.server.global_weights()
+    glob = global_weights(run)
     for key, value in glob.items():
         if not np.issubdtype(value.dtype, np.floating):
             continue
@@ -234,9 +244,9 @@ def test_fedbn_keeps_normalization_local(tmp_path: Path) -> None:
 
 
 def test_fedprox_mu_zero_equals_fedavg_and_large_mu_stays_close(tmp_path: Path) -> None:
-    def client_drift(*extra: str) -> tuple[dict, float]:
+    def client_drift(*extra: str) -> tuple[ArrayDict, float]:
         run = one_run(tmp_path / "_".join(extra).replace("=", ""), *extra)
-        start = {k: v.copy() for k, v in run.server.global_weights().items()}
+        start = {k: v.copy() for k, v in global_weights(run).items()}
         spy = Spy(run)
         run.run()
         drift = np.mean(
@@ -251,7 +261,7 @@ def test_fedprox_mu_zero_equals_fedavg_and_large_mu_stays_close(tmp_path: Path) 
                 for p in spy.replies.values()
             ]
         )
-        return run.server.global_weights(), float(drift)
+        return global_weights(run), float(drift)
 
     sgd = ("train.optimizer=sgd", "train.lr=0.05", "train.local_epochs=3")
     avg, d_avg = client_drift("algorithm.name=fedavg", *sgd)

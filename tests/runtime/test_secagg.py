@@ -171,14 +171,11 @@ def test_secagg_fedavg_equals_plain_within_the_bound_and_hides_uploads(
         reply, weight = uploads[cid]
         assert msg.content.metric_records["fitres.num_examples"]["num_examples"] == 0
         assert "num_examples" not in msg.content.config_records["scalars"]
-        masked = np.concatenate(
-            [
-                bytes_to_ndarray(b).ravel()
-                for b in msg.content.config_records[RECORD_KEY_CONFIGS][
-                    Key.MASKED_PARAMETERS
-                ]
-            ]
-        )
+        vectors = msg.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS]
+        assert isinstance(vectors, list)
+        blobs = [b for b in vectors if isinstance(b, bytes)]
+        assert len(blobs) == len(vectors)  # every masked vector arrives as bytes
+        masked = np.concatenate([bytes_to_ndarray(b).ravel() for b in blobs])
         quantized = quantized_upload(reply, weight, s)
         assert masked.shape == quantized.shape
         # the plain quantized vector is floor(u) or ceil(u): a masked one is not

@@ -288,7 +288,9 @@ def test_mlflow_metrics_params_tags_and_artifacts(tmp_path: Path) -> None:
     client = MlflowClient(tracking_uri=mlflow_store(cfg).absolute().as_uri())
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert names == {"config.yaml", "final.json"}
-    saved = Path(client.download_artifacts(run.info.run_id, "config.yaml", tmp_path))
+    saved = Path(
+        client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))
+    )
     assert saved.read_text() == (run_dir / "config.yaml").read_text()
 
 

@@ -16,6 +16,7 @@ import torch
 
 from fedpath.stain import (
     ACCURATE_FIT,
+    StatKind,
     StatPool,
     channel_moments,
     image_statistics,
@@ -212,13 +213,13 @@ def test_skew_kurt_pool_only_reshapes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("kind", ["quantile_cv", "local_mean_mad", "mean_iqr"])
 def test_other_pairs_apply_their_own_transfer(
-    monkeypatch: pytest.MonkeyPatch, kind: str
+    monkeypatch: pytest.MonkeyPatch, kind: StatKind
 ) -> None:
     x, p = images(), pool("lab", kind)
     targets = p.sample(8, gen(4), "direct")
     y = to_space(x, "lab")
     out = restained(monkeypatch, x, p)
-    ref = restyle(y, None, targets, kind, shape_fit=ACCURATE_FIT)  # type: ignore[arg-type]
+    ref = restyle(y, None, targets, kind, shape_fit=ACCURATE_FIT)
     torch.testing.assert_close(out, ref)
     # all three transfers are affine per channel: the shape is not touched
     a, b = channel_moments(y), channel_moments(out)

@@ -66,6 +66,7 @@ def test_adabn_statistics_are_the_mean_of_the_batch_statistics() -> None:
     vars_ = torch.stack([a.var((0, 2, 3), unbiased=True) for a in acts])
     torch.testing.assert_close(model.bn.running_mean, means.mean(0))
     torch.testing.assert_close(model.bn.running_var, vars_.mean(0))
+    assert model.bn.running_mean is not None
     assert not torch.allclose(model.bn.running_mean, before["bn.running_mean"])
     # every learnt weight (the BN affine included) is untouched
     for k in ("conv.weight", "bn.weight", "bn.bias", "fc.weight"):
@@ -80,6 +81,7 @@ def test_adabn_refuses_models_without_batchnorm_and_empty_inputs() -> None:
     with pytest.raises(ValueError, match="no BatchNorm layer"):
         adapt_batchnorm(nn.Linear(3, 2), [torch.randn(4, 3)])
     model = Probe()
+    assert model.bn.running_mean is not None
     model.bn.running_mean.fill_(0.7)
     with pytest.raises(ValueError, match="two or more images"):
         adapt_batchnorm(model, [torch.randn(1, 3, 6, 6)])

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import threading
+from functools import partial
 from pathlib import Path
 
 import h5py
@@ -13,12 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+from fedpath.artifact import LoadedModel
 from fedpath.config import ConfigError, TrainConfig, load_config
-from fedpath.data.base import DataError, Split, TensorStore
+from fedpath.data.base import DataError, DomainDataset, Split, TensorStore
 from fedpath.data.features import FEATURES, FeatureStore
 from fedpath.data.files import FileStore
 from fedpath.loading import load_model
-from fedpath.models.backbones import build_model
+from fedpath.models.backbones import FedModel, build_model
 from fedpath.runtime.experiment import load_dataset, run_experiment
 from fedpath.tasks import FeatureTask, TaskMismatch, make_task, prepare_dataset
 from fedpath.tasks import features as feature_path
@@ -87,6 +89,7 @@ def test_run_trains_the_head_on_cached_features_and_exports_the_image_model(
     # logits on the cached features, and it reproduces the run's target metrics
     fpm = next(tmp_path.rglob("model.fpm"))
     loaded = load_model(fpm)
+    assert isinstance(loaded, LoadedModel) and isinstance(loaded.model, FedModel)
     test = images.split(records[0]["target"], cfg.lodo.eval_split).indices
     with torch.no_grad():
         x = images.store.load(np.asarray(test)).float() / 255
@@ -156,9 +159,9 @@ def test_one_local_fit_on_features_equals_the_frozen_encoder_fit(
         return {"loss": torch.nn.functional.cross_entropy(model(x), y)}
 
     frozen = dataclasses.replace(cfg.train, cache_features=False)
-    kw = {"round_idx": 1, "seed": 7, "device": torch.device("cpu")}
-    fit_images(full, split_px, ce, frozen, **kw)
-    fit_images(head, split_f, ce, task.loop_train, **kw)
+    fit = partial(fit_images, round_idx=1, seed=7, device=torch.device("cpu"))
+    fit(full, split_px, ce, frozen)
+    fit(head, split_f, ce, task.loop_train)
     torch.testing.assert_close(
         full.classifier.weight, head.classifier.weight, atol=1e-5, rtol=1e-4
     )
@@ -166,6 +169,13 @@ def test_one_local_fit_on_features_equals_the_frozen_encoder_fit(
 
 
 _FIELDS = ("indices", "labels", "domains", "slides")
+
+
+def _features(dataset: DomainDataset) -> FeatureStore:
+    """The store of a dataset prepared with ``train.cache_features``."""
+    store = dataset.store
+    assert isinstance(store, FeatureStore)
+    return store
 
 
 @pytest.mark.parametrize(
@@ -261,7 +271,7 @@ def test_dihedral_views_are_the_frozen_part_of_the_turned_images(
 
     cfg = _cfg(tmp_path, "train.augment=dihedral")
     images = load_dataset(cfg.data)
-    store = prepare_dataset(cfg, images).store
+    store = _features(prepare_dataset(cfg, images))
     assert store.views == 8 and store.features.shape[:2] == (len(images.store), 8)
     full = build_model(cfg.model, images.num_classes).eval()
     x = images.store.load(np.arange(3)).float() / 255
@@ -291,8 +301,8 @@ def test_cache_key_follows_the_images_and_the_encoder(tmp_path: Path) -> None:
     b = _cfg(tmp_path, weights=_weights(tmp_path, 4))
     ds = load_dataset(a.data)
     fa, fb = prepare_dataset(a, ds), prepare_dataset(b, ds)
-    assert fa.store.dim == fb.store.dim
-    assert not torch.equal(fa.store.features, fb.store.features)
+    assert _features(fa).dim == _features(fb).dim
+    assert not torch.equal(_features(fa).features, _features(fb).features)
     assert len(list((tmp_path / "feature_cache").glob("*.h5"))) == 2
     # same config and dataset: the same prepared dataset, not a second encoding
     assert prepare_dataset(a, ds) is fa
@@ -300,8 +310,8 @@ def test_cache_key_follows_the_images_and_the_encoder(tmp_path: Path) -> None:
     turned = a.replace(**{"train.augment": "dihedral"})
     staged = a.replace(**{"train.trainable": "last_stages"})
     assert prepare_dataset(turned, ds).store.views == 8
-    assert prepare_dataset(staged, ds).store.features.ndim == 4
-    assert prepare_dataset(a, ds).store.features.ndim == 2
+    assert _features(prepare_dataset(staged, ds)).features.ndim == 4
+    assert _features(prepare_dataset(a, ds)).features.ndim == 2
     # the images' fingerprint follows their pixels...
     imgs = ds.store.load(np.arange(4)).clone()
     before = TensorStore(imgs).fingerprint()

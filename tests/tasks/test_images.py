@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedpath.artifact import ArtifactError, read_model_file
+from fedpath.artifact import ArtifactError, LoadedModel, read_model_file
 from fedpath.cli import main
 from fedpath.config import ConfigError, load_config
 from fedpath.data.base import Split, TensorStore
@@ -74,6 +74,7 @@ def test_a_run_with_tta_evaluates_and_exports_with_it(tmp_path: Path) -> None:
     meta, _ = read_model_file(run_dir / "model.fpm")
     assert meta.tta == "dihedral"
     model = load_model(run_dir / "model.fpm")
+    assert isinstance(model, LoadedModel)
     ds = load_dataset(cfg.data)
     split = ds.split("hospital_2", cfg.lodo.eval_split)
     images = split.load(np.arange(len(split)))

@@ -28,7 +28,8 @@ HEADER = (
     "expert2_atypical,expert3_atypical,majority_atypical"
 )
 # (slide, dataset, uid, x, y, majority_atypical)
-ROWS = [
+Row = tuple[str, str, str, int | str, int | str, str]
+ROWS: list[Row] = [
     ("002.tiff", "MIDOG21", "6", 200, 150, "False"),
     ("002.tiff", "MIDOG21", "7", 10, 5, "True"),  # near the top-left corner
     ("060.tiff", "MIDOG21", "11", 399, 299, "False"),  # the bottom-right pixel
@@ -50,7 +51,7 @@ MANIFEST = (
 )
 
 
-def table(rows: Sequence[tuple[object, ...]], header: str = HEADER) -> str:
+def table(rows: Sequence[Row], header: str = HEADER) -> str:
     lines = [header]
     for i, (slide, ds, uid, x, y, maj) in enumerate(rows):
         votes = "True,False,True" if maj.lower() == "true" else "False,False,False"
@@ -252,9 +253,7 @@ def test_one_dataset_only_leaves_the_other_out(data: Src, tmp_path: Path) -> Non
 # ------------------------------------------------------------------ bad input
 
 
-def _ann(
-    tmp_path: Path, rows: Sequence[tuple[object, ...]], header: str = HEADER
-) -> Path:
+def _ann(tmp_path: Path, rows: Sequence[Row], header: str = HEADER) -> Path:
     path = tmp_path / "bad.csv"
     path.write_text(table(rows, header))
     return path
@@ -296,7 +295,7 @@ def _ann(
     ],
 )
 def test_bad_rows_name_file_line_and_column(
-    data: Src, tmp_path: Path, row: tuple[object, ...], message: str
+    data: Src, tmp_path: Path, row: Row, message: str
 ) -> None:
     ann = _ann(tmp_path, [row, ROWS[0]])
     with pytest.raises(DataError, match=message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import h5py
@@ -73,17 +74,17 @@ def test_feature_stage_resumes_and_counts_bad(
     tile_slides([path], tmp_path / "t", patch_size=256, level=2)
     other = tmp_path / "no_coords.tif"  # a readable slide that was never tiled
     other.write_bytes(path.read_bytes())
-    kw = {"params": {"widths": [8]}, "input_size": 32, "save_pt": True}
-    with pytest.raises(DataError, match=r"no_coords\.h5.*does not exist"):
-        extract_features_stage([path, other], tmp_path / "t", tmp_path / "f", **kw)
-    rep = extract_features_stage(
-        [path, other], tmp_path / "t", tmp_path / "f", skip_bad=True, **kw
+    stage = partial(
+        extract_features_stage, params={"widths": [8]}, input_size=32, save_pt=True
     )
+    with pytest.raises(DataError, match=r"no_coords\.h5.*does not exist"):
+        stage([path, other], tmp_path / "t", tmp_path / "f")
+    rep = stage([path, other], tmp_path / "t", tmp_path / "f", skip_bad=True)
     # slide_a was finished before the failure on the second slide
     assert rep.resumed == ["slide_a"] and not rep.done and len(rep.bad) == 1
     assert "no_coords" in rep.bad[0]
     assert (tmp_path / "f" / "pt_files" / "slide_a.pt").is_file()
-    again = extract_features_stage([path], tmp_path / "t", tmp_path / "f", **kw)
+    again = stage([path], tmp_path / "t", tmp_path / "f")
     assert again.resumed == ["slide_a"] and not again.done
 
 

@@ -122,7 +122,9 @@ def test_unpack_records_gives_the_per_array_layout() -> None:
 def test_a_broken_pack_index_fails_naming_it() -> None:
     payload = Payload({"weights": {"w": np.zeros((4, 4), np.float32)}})
     records = payload_to_records(payload, pack=True)
-    records["index/weights"]["shapes"] = ["40,4"]
+    index = records["index/weights"]
+    assert isinstance(index, ConfigRecord)
+    index["shapes"] = ["40,4"]
     with pytest.raises(RecordError, match="'packed/weights': 'w' runs past the end"):
         records_to_payload(records)
     del records["index/weights"]

@@ -2,8 +2,9 @@
 
 ``python -m tests.archcheck`` prints the figures the architecture notes quote:
 lines per package, modules over the size limit, functions over the length
-limit, import circles and layer violations. ``tests/test_architecture.py``
-fails when any of them comes back.
+limit, import circles and layer violations, and the files of ``tests/`` and
+``benchmarks/`` over the same size limit. ``tests/test_architecture.py`` fails
+when any of them comes back.
 
 Imports are read with :mod:`ast`, module-level and inside functions alike;
 imports under ``if TYPE_CHECKING:`` are left out (they never run). An import
@@ -24,6 +25,8 @@ PACKAGE = "fedpath"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 ALLOW_MARK = "# circle-ok:"
+#: folders outside the package whose ``.py`` files keep to MAX_MODULE_LINES too
+SIZED_FOLDERS = ("tests", "benchmarks")
 
 
 @dataclass
@@ -150,6 +153,18 @@ def load(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Module]:
     return modules
 
 
+def file_lines(
+    root: Path = ROOT, folders: tuple[str, ...] = SIZED_FOLDERS
+) -> dict[str, int]:
+    """Lines of every ``.py`` file under ``folders`` (the tests and benchmarks), by
+    path relative to ``root``, counted as :func:`load` counts a module's."""
+    return {
+        path.relative_to(root).as_posix(): len(path.read_text("utf-8").splitlines())
+        for folder in folders
+        for path in sorted((root / folder).rglob("*.py"))
+    }
+
+
 def circles(modules: dict[str, Module]) -> list[list[str]]:
     """Strongly connected components of two or more modules (Tarjan)."""
     index: dict[str, int] = {}
@@ -251,6 +266,12 @@ def report(root: Path = ROOT) -> str:
     rows += [f"  {k}: {v}" for k, v in lines_per_package(modules, root).items()]
     rows.append(f"modules over {MAX_MODULE_LINES} lines: {len(big)}")
     rows += [f"  {n} {name}" for n, name in big]
+    sized = sorted(
+        ((n, path) for path, n in file_lines(root).items() if n > MAX_MODULE_LINES),
+        reverse=True,
+    )
+    rows.append(f"test and benchmark files over {MAX_MODULE_LINES} lines: {len(sized)}")
+    rows += [f"  {n} {path}" for n, path in sized]
     rows.append(f"functions over {MAX_FUNCTION_LINES} lines: {len(long)}")
     rows += [f"  {n} {name}" for n, name in long]
     found = circles(modules)

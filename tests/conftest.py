@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -72,3 +72,22 @@ def tiny_cfg(tmp_path: Path) -> ExperimentConfig:
 #: the real AMi-Br crops (docs/data/amibr.md), for the few tests that use them; they
 #: skip when FEDPATH_AMIBR is unset
 AMIBR = Path(os.environ.get("FEDPATH_AMIBR", "amibr-not-set"))
+
+
+@pytest.fixture
+def task_identity() -> Iterator[None]:
+    """Messages built outside a Flower process need a run and node identity (the
+    Flower tests; ``flwr`` is imported here, when a test asks for it)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder per test module, for tests whose examples rewrite files in one
+    place (the property tests of the readers)."""
+    return tmp_path_factory.mktemp("garbage")

@@ -1,18 +1,30 @@
 """Test builders: small on-disk datasets generated inside tests (never shipped, never
-downloaded) and client contexts for unit tests of algorithm halves."""
+downloaded), client contexts for unit tests of algorithm halves, tiny in-process
+runs with a spy on what crosses the client boundary, and model files with an
+edited header."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 from fedpath.algorithms.base import ClientContext
-from fedpath.config import ExperimentConfig
+from fedpath.config import ExperimentConfig, load_config
 from fedpath.data.base import DomainDataset, Split
+from fedpath.data.partition import lodo_plan
 from fedpath.data.synthetic_render import make_hospital_profiles, render_patches
+from fedpath.model_file import MAGIC
+from fedpath.runtime.experiment import load_dataset
+from fedpath.runtime.inprocess import InProcessRun
+from fedpath.types import Payload
+from tests.conftest import tiny_overrides
 
 CLASSES = ("normal", "tumour")
 
@@ -125,3 +137,38 @@ def make_client_context(
     return RunContext.build(cfg, ds).client_context(
         ClientData(client_id, domain, split), round=round, seed=seed
     )
+
+
+def make_run(tmp_path: Path, *extra: str, target: str = "hospital_0") -> InProcessRun:
+    """An in-process run of the tiny config (``tests/conftest.py``) plus ``extra``,
+    holding out ``target``, writing under ``tmp_path / "run"``."""
+    cfg = load_config(None, tiny_overrides(tmp_path, *extra))
+    ds = load_dataset(cfg.data)
+    return InProcessRun(cfg, ds, lodo_plan(ds, [target])[0], 0, tmp_path / "run")
+
+
+def spy_calls(run: InProcessRun) -> list[tuple[str, str, int, Payload, Payload]]:
+    """Record every client call of ``run``: (client, stage, round, sent, reply)."""
+    calls: list[tuple[str, str, int, Payload, Payload]] = []
+    inner = run._call_client
+
+    def wrapped(cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
+        reply = inner(cid, stage, rnd, payload)
+        calls.append((cid, stage, rnd, payload.copy(), reply.copy()))
+        return reply
+
+    run._call_client = wrapped  # type: ignore[method-assign]
+    return calls
+
+
+def rewrite_header(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    """A file written with an edited header (a valid checksum over it: as a
+    writer, not a tamperer, would produce it)."""
+    blob = src.read_bytes()
+    n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
+    head = json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
+    edit(head)
+    new = json.dumps(head).encode()
+    body = MAGIC + struct.pack("<Q", len(new)) + new + blob[8 + n + len(MAGIC) : -32]
+    dst.write_bytes(body + hashlib.sha256(body).digest())
+    return dst

@@ -1,4 +1,5 @@
-"""The package keeps its shape: sizes, layers, no import circles, mirrored tests.
+"""The package keeps its shape: sizes, layers, no import circles, mirrored tests;
+the tests and benchmarks keep to the same size limit.
 
 The figures come from :mod:`tests.archcheck` (``python -m tests.archcheck``
 prints them); the first tests check that checker on a small package written
@@ -72,6 +73,24 @@ def test_checker_finds_layer_violations_and_unmirrored(toy: Path) -> None:
     assert "fedpath.long" in archcheck.unmirrored(mods, toy)
 
 
+def test_checker_counts_the_lines_of_test_and_benchmark_files(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "fedpath/m.py": "a = 1\n",
+            "tests/test_a.py": "a = 1\nb = 2\n",
+            "tests/sub/helpers.py": "a = 1\n",
+            "benchmarks/bench_x.py": "a = 1\nb = 2\nc = 3\n",
+            "benchmarks/notes.md": "a\n",
+        },
+    )
+    assert archcheck.file_lines(tmp_path) == {
+        "tests/sub/helpers.py": 1,
+        "tests/test_a.py": 2,
+        "benchmarks/bench_x.py": 3,
+    }
+
+
 @pytest.fixture(scope="module")
 def package() -> dict[str, archcheck.Module]:
     return archcheck.load()
@@ -80,6 +99,11 @@ def package() -> dict[str, archcheck.Module]:
 def test_no_module_over_the_size_limit(package: dict[str, archcheck.Module]) -> None:
     big = {m.name: m.lines for m in package.values() if m.lines > 400}
     assert not big, f"split these modules by responsibility (400 lines): {big}"
+
+
+def test_no_test_or_benchmark_file_over_the_size_limit() -> None:
+    big = {path: n for path, n in archcheck.file_lines().items() if n > 400}
+    assert not big, f"split these files by responsibility (400 lines): {big}"
 
 
 def test_no_function_over_the_length_limit(

@@ -1,12 +1,11 @@
-"""Export, evaluate and predict at a hospital that never took part (issue 6)."""
+"""Export, evaluate and predict at a hospital that never took part (issue 6), and
+the selected round's decision rule in the model file. Every header field checked
+at load: ``test_artifact_header.py``."""
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
-import struct
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,6 @@ from PIL import Image
 from fedpath.artifact import (
     ArtifactError,
     LoadedModel,
-    ModelMeta,
     read_model_file,
     save_model,
 )
@@ -25,9 +23,9 @@ from fedpath.cli import main
 from fedpath.config import load_config
 from fedpath.evaluation.calibration import apply_temperature
 from fedpath.loading import load_model
-from fedpath.model_file import MAGIC
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from tests.conftest import tiny_overrides
+from tests.fixtures import rewrite_header
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +194,7 @@ def test_bad_data_inputs(
 
 # ------------------------------------------- the selected round's decision rule
 
+
 SELECTED = [
     "lodo.targets=[hospital_2]",
     "train.rounds=5",
@@ -217,19 +216,6 @@ def selected(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list
     run_dir = run_dir_for(cfg, "hospital_2", 0)
     final = json.loads((run_dir / "final.json").read_text())["evaluation"]
     return run_dir / "model.fpm", final["selected"], over
-
-
-def rewrite_header(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
-    """A file written with an edited header (a valid checksum over it: as a
-    writer, not a tamperer, would produce it)."""
-    blob = src.read_bytes()
-    n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
-    head = json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
-    edit(head)
-    new = json.dumps(head).encode()
-    body = MAGIC + struct.pack("<Q", len(new)) + new + blob[8 + n + len(MAGIC) : -32]
-    dst.write_bytes(body + hashlib.sha256(body).digest())
-    return dst
 
 
 def test_model_file_round_trips_temperature_and_threshold(
@@ -331,84 +317,3 @@ def test_evaluate_and_predict_apply_temperature_and_threshold(
     rows = list(csv.DictReader(csv_out.open()))
     assert {r["predicted"] for r in rows} == {"tumour"}
     assert any(float(r["prob_normal"]) > 0.5 for r in rows)
-
-
-def _small(tmp_path: Path, nan: bool = False) -> Path:
-    """A small image model file (a tiny CNN, two classes, 16 px)."""
-    from fedpath.config import ModelConfig
-    from fedpath.models.backbones import build_model
-
-    torch.manual_seed(0)
-    net = build_model(ModelConfig(backbone="small_cnn", params={"widths": [4]}), 2)
-    if nan:  # what a diverged run would have exported
-        with torch.no_grad():
-            next(iter(net.parameters())).fill_(float("nan"))
-    meta = ModelMeta("small_cnn", {"widths": [4]}, ["a", "b"], 16, [0.5] * 3, [0.2] * 3)
-    return save_model(tmp_path / ("nan.fpm" if nan else "small.fpm"), net, meta)
-
-
-def _set(key: str, value: object) -> Callable[[dict], None]:
-    def edit(head: dict) -> None:
-        if value is _DROP:
-            head.pop(key)
-        else:
-            head[key] = value
-
-    return edit
-
-
-_DROP = object()
-
-
-@pytest.mark.parametrize(
-    ("key", "value", "said"),
-    [
-        ("image_size", -5, "'image_size': expected a positive integer"),
-        ("image_size", 0, "'image_size': expected a positive integer"),
-        ("image_size", "32", "'image_size': expected an integer"),
-        ("image_size", _DROP, "has no 'image_size' field"),
-        ("backbone", _DROP, "has no 'backbone' field"),
-        ("backbone", ["small_cnn"], "'backbone': expected a string"),
-        ("backbone_params", [4], "'backbone_params': expected a mapping"),
-        ("class_names", ["a", "a"], "'class_names': expected a non-empty list of u"),
-        ("class_names", "ab", "'class_names': expected a list"),
-        ("mean", [0.5, 0.5], r"'mean': expected 3 finite numbers"),
-        ("std", [0.2, 0.0, 0.2], r"'std': expected 3 finite numbers > 0"),
-        ("threshold", 1.5, r"'threshold': expected a number in \[0, 1\] or null"),
-        ("temperature", "hot", "'temperature': expected a number"),
-        ("input_size", -1, "'input_size': expected a positive integer"),
-        ("tta", 3, "'tta': expected a string"),
-        ("kind", 7, "holds a model of kind 7"),
-    ],
-)
-def test_every_header_field_is_checked_at_load(
-    tmp_path: Path, key: str, value: object, said: str
-) -> None:
-    bad = rewrite_header(_small(tmp_path), tmp_path / "bad.fpm", _set(key, value))
-    with pytest.raises(ArtifactError, match=f"bad.fpm'.*{said}"):
-        load_model(bad)
-
-
-def test_a_mil_header_of_the_wrong_types_names_the_field(tmp_path: Path) -> None:
-    def mil(head: dict) -> None:
-        head.update(kind="mil", architecture="abmil", architecture_params={})
-        head.update(in_dim="512", embedding_space="x")
-
-    bad = rewrite_header(_small(tmp_path), tmp_path / "mil.fpm", mil)
-    with pytest.raises(ArtifactError, match="mil.fpm'.*'in_dim': expected an int"):
-        load_model(bad)
-
-
-def test_a_model_with_non_finite_weights_is_refused_by_predict(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = _small(tmp_path, nan=True)
-    with pytest.raises(ArtifactError, match="nan.fpm': tensor '.*' holds non-finite"):
-        load_model(path)
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    Image.new("RGB", (16, 16), (200, 100, 150)).save(folder / "x.png")
-    out = tmp_path / "pred.csv"
-    assert main(["predict", str(path), str(folder), "--out", str(out), "-q"]) == 2
-    assert "holds non-finite values" in capsys.readouterr().err
-    assert not out.exists()  # no `nan` probabilities written

@@ -16,8 +16,7 @@ from fedpath.algorithms.dp_fedavg import clip_update, epsilon
 from fedpath.config import ConfigError
 from fedpath.types import ArrayDict
 from fedpath.utils.io import read_jsonl
-from tests.algorithms.test_fedstain import make_run, spy_calls
-from tests.runtime.test_flower_loopback import task_identity  # noqa: F401  (fixture)
+from tests.fixtures import make_run, spy_calls
 from tests.runtime.test_inprocess import global_weights
 
 GROUP = ["algorithm.name=dp_fedavg", "model.params.norm=group", "train.rounds=1"]
@@ -100,7 +99,7 @@ def test_batchnorm_statistics_must_be_frozen(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("task_identity")
 def test_over_flower_equals_in_process(tmp_path: Path) -> None:
     pytest.importorskip("flwr")
-    from tests.runtime.test_flower_loopback import (
+    from tests.flower_helpers import (
         assert_same_run,
         config,
         in_process,

@@ -1,7 +1,7 @@
 """FedAlign (fedpath.algorithms.fedalign): selective transfer (cluster shares,
 variance-weighted draws), chained views and the feature-MSE term by hand.
 
-Cluster proportionality and the full loss formula are in ``test_fedstain.py``.
+The full loss formula, shared with FedCCRL, is in ``test_fedccrl.py``.
 """
 
 from __future__ import annotations
@@ -100,3 +100,16 @@ def test_views_are_chained_and_the_mse_term_is_their_feature_distance(
     mse = 0.5 * (F.mse_loss(zs[1], zs[0]) + F.mse_loss(zs[2], zs[0]))
     torch.testing.assert_close(out["mse"], mse)
     assert float(out["mse"]) > 0
+
+
+def test_selective_transfer_is_cluster_proportional() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 0.01, (90, 3, 2))
+    b = rng.normal(5, 0.01, (10, 3, 2))
+    stats = np.concatenate([a, b])
+    keep = selective_transfer(stats, 2, 0.5, np.random.default_rng(1))
+    assert len(set(keep)) == len(keep)
+    in_b = np.sum(keep >= 90)
+    assert 3 <= in_b <= 7 and 40 <= np.sum(keep < 90) <= 50  # ~45 / ~5 of 50
+    # one entry still works (k clipped to the pool size)
+    assert list(selective_transfer(stats[:1], 7, 0.5, np.random.default_rng(0))) == [0]

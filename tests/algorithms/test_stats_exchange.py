@@ -1,13 +1,15 @@
 """The statistics exchange (fedpath.algorithms.stats_exchange): per-client pools
 without the receiver's own entries, upload validation, refresh, the client's
-upload and fallback, the leakage defences and the payload audit.
+upload and fallback, the leakage defences and the payload audit; at the end, the
+same protocol through whole in-process runs of FedStain, FedCCRL and FedAlign.
 
-FedStain-specific runs of the same protocol are in ``test_fedstain.py``.
+FedStain's own use of the pool (its views, Table V) is in ``test_fedstain.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import Literal
@@ -27,6 +29,7 @@ from fedpath.stain import image_statistics
 from fedpath.types import ClientState, Payload
 from tests.algorithms.halves import Halves, halves
 from tests.conftest import tiny_overrides
+from tests.fixtures import make_run, spy_calls
 
 
 def exchange(tmp_path: Path, *params: str) -> Halves:
@@ -192,3 +195,172 @@ def test_audit_ignores_allowed_groups_and_passes_statistics() -> None:
     audit_payload(Payload({"pool": {"x": image}}), 32, allowed=("pool",))
     with pytest.raises(AssertionError, match="'pool' array 'x'"):
         audit_payload(Payload({"pool": {"x": image}}), 32)
+
+
+def test_audit_catches_image_shaped_arrays() -> None:
+    audit_payload(Payload({"stats": {"m": np.zeros((5, 3, 4))}}), image_size=64)
+    with pytest.raises(AssertionError, match="looks like image data"):
+        audit_payload(Payload({"stats": {"x": np.zeros((2, 3, 64, 64))}}), 64)
+    with pytest.raises(AssertionError, match="looks like image data"):
+        audit_payload(Payload({"stats": {"x": np.zeros((2, 16, 16, 3))}}), 64)
+    with pytest.raises(AssertionError, match="looks like image data"):
+        audit_payload(Payload({"x": {"flat": np.zeros((2, 64 * 64 * 3))}}), 64)
+
+
+def test_statistics_defences_noise_round_and_shuffle() -> None:
+    from fedpath.algorithms.stats_exchange import defend_statistics
+
+    rng = np.random.default_rng(0)
+    stats = {"moments": rng.normal(size=(200, 3, 4)).astype(np.float32)}
+    same = defend_statistics(stats, 0.0, None, np.random.default_rng(1))
+    np.testing.assert_array_equal(same["moments"], stats["moments"])
+    rounded = defend_statistics(stats, 0.0, 1, np.random.default_rng(1))["moments"]
+    np.testing.assert_array_equal(rounded, np.round(stats["moments"], 1))
+    noisy = defend_statistics(stats, 0.5, None, np.random.default_rng(1))["moments"]
+    # noise of 0.5 x each statistic's spread over the upload
+    ratio = (noisy - stats["moments"]).std(0) / stats["moments"].std(0)
+    assert np.allclose(ratio, 0.5, atol=0.1)
+    assert noisy.dtype == np.float32 and noisy.shape == stats["moments"].shape
+
+
+# ------------------------------------------------ through whole in-process runs
+
+EXCHANGE = ["fedstain", "fedccrl", "fedalign"]
+#: what a FedStain client uploads by default: S_i, K_i (Alg. 2 lines 5-6)
+DEFAULT_STATS = "skew_kurt"
+
+
+@pytest.mark.parametrize("algorithm", EXCHANGE)
+def test_pool_excludes_own_entries_and_only_statistics_leave(
+    tmp_path: Path, algorithm: str
+) -> None:
+    run = make_run(tmp_path, f"algorithm.name={algorithm}")
+    calls = spy_calls(run)
+    run.run()
+    uploads = {(c, r): reply for c, s, r, _, reply in calls if s == "stats"}
+    for (cid, _rnd), reply in uploads.items():
+        n = len(run.by_id[cid].train)
+        for arr in reply.arrays["stats"].values():
+            assert arr.shape[0] == math.ceil(0.1 * n)  # ceil(r * n_i) images
+    for cid, stage, rnd, sent, reply in calls:
+        # nothing image-shaped leaves a client, in any stage
+        audit_payload(reply, image_size=32)
+        if stage != "fit":
+            assert "weights" not in reply.arrays
+            continue
+        pool = sent.arrays["pool"]
+        own = uploads[(cid, rnd)].arrays["stats"]
+        others = [uploads[(o, rnd)].arrays["stats"] for o in run.by_id if o != cid]
+        for key, arr in pool.items():
+            expected = np.concatenate([o[key] for o in others])
+            assert arr.shape == expected.shape
+            # as sets of rows: exactly the others' entries, none of this client's
+            rows = {tuple(r.ravel().round(5)) for r in arr}
+            assert rows == {tuple(r.ravel().round(5)) for r in expected}
+            assert not rows & {tuple(r.ravel().round(5)) for r in own[key]}
+
+
+def test_refresh_once_runs_the_stats_stage_in_round_one_only(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path,
+        "algorithm.name=fedstain",
+        "algorithm.params.refresh=once",
+        "train.rounds=3",
+    )
+    calls = spy_calls(run)
+    run.run()
+    assert {r for _, s, r, _, _ in calls if s == "stats"} == {1}
+    assert {r for _, s, r, _, _ in calls if s == "fit"} == {1, 2, 3}
+    # the pool survives to later rounds
+    assert all(
+        len(sent.arrays["pool"][DEFAULT_STATS]) > 0
+        for _, s, _, sent, _ in calls
+        if s == "fit"
+    )
+
+
+@pytest.mark.parametrize("bad", ["nan", "shape", "keys", "empty"])
+def test_bad_uploads_are_rejected_by_name_and_the_round_goes_on(
+    tmp_path: Path, bad: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = make_run(tmp_path, "algorithm.name=fedstain", "train.rounds=1")
+    inner = run._call_client
+
+    def corrupt(cid: str, stage: str, rnd: int, payload: Payload) -> Payload:
+        reply = inner(cid, stage, rnd, payload)
+        if stage == "stats" and cid == "hospital_1/c1":
+            m = reply.arrays["stats"][DEFAULT_STATS]
+            if bad == "nan":
+                m[0, 0, 0] = np.nan
+            elif bad == "shape":
+                reply.arrays["stats"][DEFAULT_STATS] = m[:, :, :1]
+            elif bad == "keys":
+                reply.arrays["stats"] = {"pixels": m}
+            else:
+                reply.arrays.pop("stats")
+        return reply
+
+    run._call_client = corrupt  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="fedpath"):
+        record = run.run()
+    assert "rejected statistics of client hospital_1/c1" in caplog.text
+    assert isinstance(run.server, StatsExchangeServer)
+    assert set(run.server.pools) == {"hospital_1/c0", "hospital_2/c0", "hospital_2/c1"}
+    assert 0 <= record["evaluation"]["target"]["accuracy"] <= 1
+    rounds = (tmp_path / "run" / "results.jsonl").read_text()
+    assert '"stats/rejected": 1' in rounds
+
+
+def test_empty_pool_falls_back_to_own_statistics_or_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 2 hospitals, 1 client per hospital: after holding one out, one client is left
+    one = (
+        "data.params.num_hospitals=2",
+        "partition.clients_per_domain=1",
+        "train.rounds=1",
+        "algorithm.name=fedstain",
+    )
+    run = make_run(tmp_path / "own", *one)
+    with caplog.at_level(logging.WARNING, logger="fedpath"):
+        run.run()
+    assert "received an empty statistics pool" in caplog.text
+    strict = make_run(tmp_path / "err", *one, "algorithm.params.empty_pool=error")
+    with pytest.raises(ProtocolError, match="pool it received is empty"):
+        strict.run()
+
+
+def test_defended_uploads_and_a_shuffled_pool_through_a_run(tmp_path: Path) -> None:
+    plain = make_run(tmp_path / "a", "algorithm.name=fedstain", "train.rounds=1")
+    calls_a = spy_calls(plain)
+    plain.run()
+    defended = make_run(
+        tmp_path / "b",
+        "algorithm.name=fedstain",
+        "train.rounds=1",
+        "algorithm.params.stats_noise=0.5",
+        "algorithm.params.shuffle_pool=true",
+    )
+    calls_b = spy_calls(defended)
+    defended.run()
+
+    def uploads(calls):  # type: ignore[no-untyped-def]
+        return {
+            c: r.arrays["stats"][DEFAULT_STATS]
+            for c, s, _, _, r in calls
+            if s == "stats"
+        }
+
+    raw, noisy = uploads(calls_a), uploads(calls_b)
+    assert raw.keys() == noisy.keys()
+    for cid in raw:  # same images drawn, the values noised
+        assert raw[cid].shape == noisy[cid].shape
+        assert not np.allclose(raw[cid], noisy[cid])
+    # the pool holds the others' (noised) entries, in a shuffled order
+    cid, _, _, sent, _ = next(c for c in calls_b if c[1] == "fit")
+    others = np.concatenate([noisy[o] for o in sorted(noisy) if o != cid])
+    pool = sent.arrays["pool"][DEFAULT_STATS]
+    assert not np.array_equal(pool, others)
+    order = np.lexsort(pool.reshape(len(pool), -1).T)
+    ref = np.lexsort(others.reshape(len(others), -1).T)
+    np.testing.assert_array_equal(pool[order], others[ref])

@@ -97,3 +97,27 @@ def test_loss_is_cross_entropy_on_the_stylized_batch(tmp_path: Path) -> None:
         plain = torch.nn.functional.cross_entropy(model(x), y)
     assert float(got) == pytest.approx(float(expected), rel=1e-6)
     assert float(got) != pytest.approx(float(plain), rel=1e-6)
+
+
+def test_strap_stylizes_colour_not_layout() -> None:
+    from fedpath.algorithms.strap import rand_conv, random_styles, reinhard
+    from fedpath.stain import to_space
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(6, 3, 32, 32) * 0.5 + 0.25
+    styles = random_styles(6, g)
+    y = reinhard(x, styles)
+    lab = to_space(y, "lab")
+    # the LAB mean moves to the drawn style (up to clamping at the gamut)
+    err = (lab.mean((2, 3)) - styles[..., 0]).abs()
+    assert float(err[:, 0].median()) < 8.0
+    # layout kept: the L channel is still strongly correlated with the input's
+    lx = to_space(x, "lab")[:, 0].flatten(1)
+    ly = lab[:, 0].flatten(1)
+    corr = torch.nn.functional.cosine_similarity(
+        lx - lx.mean(1, keepdim=True), ly - ly.mean(1, keepdim=True)
+    )
+    assert float(corr.min()) > 0.5
+    t = rand_conv(x, g, "full")
+    assert t.shape == x.shape and bool(torch.isfinite(t).all())
+    torch.testing.assert_close(t.mean((2, 3)), x.mean((2, 3)), atol=0.05, rtol=0)

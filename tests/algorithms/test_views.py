@@ -58,3 +58,27 @@ def test_gradients_reach_the_encoder_through_every_version() -> None:
     grads = [p.grad for p in model.encoder.parameters()]
     assert all(g is not None for g in grads)
     assert any(float(g.abs().sum()) > 0 for g in grads if g is not None)
+
+
+def test_forward_views_is_one_pass_split_by_version() -> None:
+    from fedpath.algorithms.views import forward_views
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Linear(12, 5)
+            self.classifier = torch.nn.Linear(5, 3)
+
+        def encode(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x.flatten(1))
+
+    torch.manual_seed(0)
+    net = Net()
+    views = [torch.rand(4, 3, 2, 2) for _ in range(3)]
+    out = forward_views(net, views)
+    assert out.features.shape == (12, 5) and out.logits.shape == (12, 3)
+    assert len(out.zs) == len(out.ls) == 3
+    for v, z, lg in zip(views, out.zs, out.ls, strict=True):
+        torch.testing.assert_close(z, net.encode(v))
+        torch.testing.assert_close(lg, net.classifier(z))
+    assert torch.equal(torch.cat(out.zs), out.features)

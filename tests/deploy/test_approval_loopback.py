@@ -21,12 +21,12 @@ from fedpath.runtime.flower import (
     RC_SELF_DECLARED,
     RC_WAIT_NODES,
 )
-from tests.flower_helpers import run_logs
-from tests.runtime.test_flower_loopback import (
+from tests.flower_helpers import (
     Federation,
     assert_same_run,
     config,
     in_process,
+    run_logs,
 )
 
 CLIENTS = ("hospital_0/c0", "hospital_1/c0")

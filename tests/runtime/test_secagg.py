@@ -38,7 +38,7 @@ from fedpath.runtime.flower.server_app import run_federation
 from fedpath.runtime.rules import NC_POLICY, NodePolicy, PolicyError
 from fedpath.runtime.secagg import RC_MODE, SecAggSettings, error_bound
 from fedpath.types import Payload
-from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
+from tests.flower_helpers import (
     FOUR,
     LoopbackGrid,
     config,
@@ -48,7 +48,6 @@ from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
     records,
     run_over_grid,
     stage_message,
-    task_identity,
 )
 
 #: Messages built outside a Flower process need a run and node identity.
@@ -338,7 +337,7 @@ def test_dp_fedavg_sums_its_clipped_updates_with_equal_weights(
 
 
 def test_local_dp_noises_the_reply_that_secagg_masks(tmp_path: Path) -> None:
-    from tests.runtime.test_flower_loopback import DP
+    from tests.flower_helpers import DP
 
     cfg = config(tmp_path / "flower", GROUP, base=list(ONE_ROUND))
     run_secure(cfg, nodes_for(*CLIENTS, hospital_0=DP, hospital_1=DP))

@@ -1,4 +1,5 @@
-"""The selection rule of training-domain validation (the runs: test_inprocess)."""
+"""The selection rule of training-domain validation (the runs:
+test_inprocess_selection)."""
 
 from __future__ import annotations
 

@@ -311,7 +311,7 @@ def test_the_flower_coordinator_tracks_its_rounds(tmp_path: Path) -> None:
     pytest.importorskip("flwr", reason="pip install 'fedpath[flower]'")
     from flwr.supercore.task_identity import TaskIdentity
 
-    from tests.runtime.test_flower_loopback import config, nodes_for, run_over_grid
+    from tests.flower_helpers import config, nodes_for, run_over_grid
 
     cfg = config(tmp_path, "runtime.tracking=mlflow")
     # messages built outside a Flower process need a run and node identity

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpath.config import load_config
+from fedpath.config import ExperimentConfig, load_config
 from fedpath.evaluation.metrics import classification_metrics
 from fedpath.runtime.experiment import load_dataset
 from fedpath.tasks import BagTask, TaskMismatch, make_task
@@ -65,3 +65,19 @@ def test_class_weight_formula(tmp_path: Path) -> None:
     w = task.class_weight(np.array([1, 1]))
     assert w is not None
     assert w.tolist() == pytest.approx([0.0, 2 / (2 * 2)])
+
+
+def test_lr_schedules() -> None:
+    from fedpath.tasks.base import lr_at
+
+    cfg = ExperimentConfig().train
+    lin = load_config(
+        None, ["train.schedule=linear", "train.lr=1e-4", "train.lr_end=2.5e-6"]
+    ).train
+    assert lr_at(cfg, 0.7) == cfg.lr
+    assert lr_at(lin, 0) == pytest.approx(1e-4)
+    assert lr_at(lin, 1) == pytest.approx(2.5e-6)
+    assert lr_at(lin, 0.5) == pytest.approx((1e-4 + 2.5e-6) / 2)
+    cos = load_config(None, ["train.schedule=cosine", "train.lr=1.0"]).train
+    assert lr_at(cos, 0.5) == pytest.approx(0.5)
+    assert lr_at(cos, 1.0) == pytest.approx(0.0)

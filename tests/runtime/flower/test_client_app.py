@@ -27,13 +27,12 @@ from fedpath.runtime.flower.node_context import NodeError
 from fedpath.runtime.flower.node_state import save_state
 from fedpath.runtime.flower.records import payload_to_records
 from fedpath.types import ClientState, Payload
-from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
+from tests.flower_helpers import (
     config,
     nodes_for,
     records,
     run_over_grid,
     stage_message,
-    task_identity,
     wire,
 )
 
@@ -55,7 +54,7 @@ from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
 )
 def test_bad_input_on_a_node_is_an_error_reply_naming_it(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
     node_config: dict[str, Any],
     header: dict[str, Any],
     payload: Any,
@@ -86,7 +85,7 @@ def test_bad_input_on_a_node_is_an_error_reply_naming_it(
     assert expected in reason, reason
 
 
-def test_node_without_client_id_says_so(task_identity: None) -> None:  # noqa: F811
+def test_node_without_client_id_says_so(task_identity: None) -> None:
     hello = Message(
         RecordDict({META: ConfigRecord({"protocol": PROTOCOL})}),
         dst_node_id=9,
@@ -146,7 +145,7 @@ SECRET = "root:x:0:0:TOP-SECRET-FIRST-LINE"
 
 def test_a_nodes_data_error_reaches_the_coordinator_without_file_content(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
 ) -> None:
     """A node whose manifest is some other file (here a passwd-like one): the
     coordinator learns which file and what is wrong with it, never its lines."""
@@ -173,7 +172,7 @@ def test_a_nodes_data_error_reaches_the_coordinator_without_file_content(
 
 def test_a_non_fedpath_error_leaves_the_node_as_its_type_only(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -201,7 +200,7 @@ DIVERGE = ("train.optimizer=sgd", "train.lr=1e12", "train.schedule=constant")
 
 def test_a_diverging_node_sends_the_in_process_error_line(
     tmp_path: Path,
-    task_identity: None,  # noqa: F811
+    task_identity: None,
 ) -> None:
     """A node whose local loss stops being finite answers with the in-process
     run's RunError line (round, client, loss, setting), not an anonymous

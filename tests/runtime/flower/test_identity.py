@@ -19,13 +19,12 @@ from fedpath.runtime.flower.identity import (
     sign_hello,
     verify_hello,
 )
-from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
+from tests.flower_helpers import (
     assert_same_run,
     config,
     in_process,
     records,
     run_over_grid,
-    task_identity,
 )
 
 

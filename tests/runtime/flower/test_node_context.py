@@ -29,10 +29,7 @@ from fedpath.runtime.flower.node_context import (
     yaml_mapping,
 )
 from fedpath.runtime.flower.worker_protocol import WorkerError
-from tests.runtime.test_flower_loopback import (  # noqa: F401  (fixture)
-    config,
-    task_identity,
-)
+from tests.flower_helpers import config
 
 
 def test_node_data_config_keeps_the_runs_params_for_the_same_dataset(
@@ -127,7 +124,7 @@ def _message() -> Message:
 
 
 def test_error_reply_names_client_and_node(
-    task_identity: None,  # noqa: F811
+    task_identity: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     ctx = Context(1, 9, {"client-id": "h/c0"}, RecordDict(), {})
@@ -148,7 +145,7 @@ SECRET = "root:x:0:0:TOP-SECRET"
 
 
 def test_only_a_fedpath_errors_line_leaves_the_node(
-    task_identity: None,  # noqa: F811
+    task_identity: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Another exception's text may quote data (a parser's error shows the line

@@ -16,7 +16,7 @@ from fedpath.runtime.experiment import load_dataset
 from fedpath.runtime.flower import node_data
 from fedpath.runtime.flower.node_context import NodeError
 from fedpath.runtime.flower.node_data import find_client, node_dataset
-from tests.runtime.test_flower_loopback import config
+from tests.flower_helpers import config
 
 SOURCES = ["hospital_0", "hospital_1"]
 

@@ -13,7 +13,7 @@ from fedpath.runtime.consortium import recipe
 from fedpath.runtime.suite import load_suite
 from fedpath.schema import resolve_params
 from fedpath.utils.yaml_io import read_yaml_mapping
-from tests.docs.test_fidelity import ledger_blocks
+from tests.fidelity_helpers import ledger_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted([*ROOT.glob("configs/**/*.yaml"), *ROOT.glob("fedpath/configs/*.yaml")])

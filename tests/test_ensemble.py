@@ -8,28 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedpath.artifact import LoadedModel, ModelMeta, save_model
-from fedpath.config import ModelConfig
+from fedpath.artifact import LoadedModel
 from fedpath.ensemble import EnsembleMeta, LoadedEnsemble, make_ensemble, save_ensemble
 from fedpath.errors import ArtifactError
 from fedpath.loading import load_model
-from fedpath.models.backbones import build_model
-from tests.inference.conftest import CLASSES, SIZE, mil_model_file
-
-PARAMS = {"widths": [4]}
-
-
-def member(path: Path, seed: int, **meta: object) -> Path:
-    """A random small CNN (``seed``) on 16 px images as a model file."""
-    torch.manual_seed(seed)
-    classes = meta.pop("class_names", CLASSES)
-    assert isinstance(classes, list)
-    net = build_model(ModelConfig(backbone="small_cnn", params=PARAMS), len(classes))
-    head = ModelMeta("small_cnn", PARAMS, classes, SIZE, [0.5] * 3, [0.2] * 3)
-    head.seed, head.method, head.trained_on = seed, "fedavg", [f"site_{seed}"]
-    for key, value in meta.items():
-        setattr(head, key, value)
-    return save_model(path, net, head)
+from tests.inference.conftest import CLASSES, SIZE, member, mil_model_file
 
 
 def _image_model(path: Path) -> LoadedModel:

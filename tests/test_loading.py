@@ -15,8 +15,7 @@ from fedpath.loading import KINDS, load_mil_model, load_model
 from fedpath.mil.export import LoadedMILModel
 from fedpath.model_file import read_container, write_container
 from fedpath.models.backbones import build_model
-from tests.inference.conftest import image_model_file, mil_model_file
-from tests.test_ensemble import member
+from tests.inference.conftest import image_model_file, member, mil_model_file
 
 
 def test_each_kind_of_file_loads_as_its_own_model(tmp_path: Path) -> None:

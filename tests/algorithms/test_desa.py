@@ -27,10 +27,7 @@ from fedpath.mil.bags import SlideBag
 from fedpath.mil.models import build_mil_model
 from fedpath.params.mil_baselines import DESAParams
 from fedpath.types import Payload
-from tests.algorithms.test_fedhd import _run
-from tests.algorithms.test_fedhd_baselines import tiny
-from tests.algorithms.test_fedhd_baselines_hetero import ADAPT
-from tests.algorithms.test_fedhd_hetero import OWN
+from tests.mil_helpers import ADAPT, OWN, inprocess_run, tiny_baseline
 
 
 def test_desa_kd_loss_matches_a_hand_computation() -> None:
@@ -73,7 +70,7 @@ def test_desa_anchors_average_same_index_slides_of_each_class() -> None:
 
 
 def test_desa_regulariser_acts_only_with_an_anchor_per_class(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, "desa"), tmp_path)
+    run = inprocess_run(tiny_baseline(tmp_path, "desa"), tmp_path)
     ctx = run.client_half("hospital_0/c0", 1).ctx
     gen = torch.Generator().manual_seed(0)
     anchors = [
@@ -108,7 +105,7 @@ def _distill_replies(spec: dict[str, tuple[str, int, float]]) -> dict[str, Paylo
 
 
 def test_desa_mixes_anchors_within_each_space_only(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, "desa"), tmp_path)
+    run = inprocess_run(tiny_baseline(tmp_path, "desa"), tmp_path)
     server = DESAServer(DESAParams(spaces="adapt"), run.server.ctx)
     spec = {"a": ("uni", 3, 1.0), "b": ("uni", 3, 5.0), "c": ("r50", 5, 10.0)}
     scalars = server.aggregate("distill", 1, _distill_replies(spec))
@@ -140,7 +137,9 @@ def test_desa_mixes_anchors_within_each_space_only(tmp_path: Path) -> None:
 def test_desa_client_meets_foreign_anchors_through_its_adapters(
     tmp_path: Path,
 ) -> None:
-    run = _run(tiny(tmp_path, "desa", "train.rounds=2", *ADAPT), tmp_path)
+    run = inprocess_run(
+        tiny_baseline(tmp_path, "desa", "train.rounds=2", *ADAPT), tmp_path
+    )
     run.run()
     for cid in OWN:
         state = run.states[cid]

@@ -17,7 +17,7 @@ from fedpath.config import ConfigError
 from fedpath.types import ArrayDict
 from fedpath.utils.io import read_jsonl
 from tests.fixtures import make_run, spy_calls
-from tests.runtime.test_inprocess import global_weights
+from tests.runtime.conftest import global_weights
 
 GROUP = ["algorithm.name=dp_fedavg", "model.params.norm=group", "train.rounds=1"]
 

@@ -11,12 +11,12 @@ import pytest
 from fedpath.algorithms.base import ProtocolError
 from fedpath.algorithms.fedavg_mil import FedAvgMILClient
 from fedpath.types import ArrayDict, ClientState, Payload
-from tests.algorithms.test_fedhd import _run, tiny
+from tests.mil_helpers import inprocess_run, tiny
 
 
 def _client(tmp_path: Path, *extra: str) -> tuple[FedAvgMILClient, ArrayDict]:
     """The first client of a tiny run, and the run's initial global weights."""
-    run = _run(tiny(tmp_path, *extra), tmp_path)
+    run = inprocess_run(tiny(tmp_path, *extra), tmp_path)
     ctx = run.client_half(run.server.ctx.client_ids[0], 1).ctx
     start = run.server.global_weights()
     assert start is not None

@@ -11,51 +11,14 @@ import torch
 from fedpath.algorithms.base import ClientContext, ServerContext
 from fedpath.algorithms.fedhd import FedHDClient, FedHDParams, FedHDServer
 from fedpath.algorithms.mil_common import bags_to_arrays
-from fedpath.config import ConfigError, ExperimentConfig, load_config
+from fedpath.config import ConfigError, load_config
 from fedpath.data.bags import BagStore, split_bags
 from fedpath.data.partition import lodo_plan, make_clients
 from fedpath.mil.bags import SlideBag
 from fedpath.runtime.experiment import collect_rows, load_dataset, run_experiment
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.types import ClientState, Payload
-
-TINY = [
-    "data.name=synthetic_bags",
-    "data.params.num_hospitals=3",
-    "data.params.slides_per_hospital=8",
-    "data.params.dim=8",
-    "data.params.min_patches=30",
-    "data.params.max_patches=50",
-    "data.params.rare_fraction=0.1",
-    "data.params.test_fraction=0.25",
-    "partition.clients_per_domain=1",
-    "partition.mode=iid",
-    "lodo.targets=none",
-    "evaluation.protocol=local",
-    "model.backbone=abmil",
-    "model.params.hidden=16",
-    "model.params.attn_dim=8",
-    "train.rounds=1",
-    "train.local_epochs=3",
-    # CLAM's Adam(lr 2e-4, weight decay 1e-5), the MIL methods' defaults in the papers
-    "train.lr=0.0002",
-    "train.weight_decay=0.00001",
-    "runtime.threads=1",
-]
-FEDHD = [
-    "algorithm.name=fedhd",
-    "algorithm.params.components=4",
-    "algorithm.params.tokens=20",
-    "algorithm.params.iters=10",
-    "algorithm.params.t0=1",
-]
-#: the option that refuses clients in different embedding spaces (the default,
-#: ``adapt``, trains the same numbers when every client is in one space)
-SAME = "algorithm.params.spaces=same"
-
-
-def tiny(tmp_path: Path, *extra: str) -> ExperimentConfig:
-    return load_config(None, [f"output_dir={tmp_path}", *TINY, *extra])
+from tests.mil_helpers import FEDHD, SAME, TINY, inprocess_run, tiny
 
 
 def test_bag_dataset_is_a_domain_dataset_split_by_slide() -> None:
@@ -91,12 +54,6 @@ def test_none_target_requires_local_protocol() -> None:
         load_config(None, ["lodo.targets=none"])
 
 
-def _run(cfg: ExperimentConfig, tmp_path: Path) -> InProcessRun:
-    ds = load_dataset(cfg.data)
-    (fold,) = lodo_plan(ds, cfg.lodo.targets)
-    return InProcessRun(cfg, ds, fold, 0, tmp_path / "run")
-
-
 def test_fedhd_end_to_end_trains_each_client_and_evaluates_locally(
     tmp_path: Path,
 ) -> None:
@@ -106,7 +63,7 @@ def test_fedhd_end_to_end_trains_each_client_and_evaluates_locally(
         "algorithm.params.models={hospital_2: transmil}",
         "algorithm.params.model_params={transmil: {hidden: 16, landmarks: 4}}",
     )
-    run = _run(cfg, tmp_path)
+    run = inprocess_run(cfg, tmp_path)
     rec = run.run()
     clients = rec["evaluation"]["clients"]
     assert sorted(clients) == ["hospital_0/c0", "hospital_1/c0", "hospital_2/c0"]
@@ -135,7 +92,7 @@ def _ctx(run: InProcessRun, cid: str) -> ClientContext:
 
 def test_payload_audit_only_synthetic_slides_leave_a_client(tmp_path: Path) -> None:
     cfg = tiny(tmp_path, *FEDHD, SAME)
-    run = _run(cfg, tmp_path)
+    run = inprocess_run(cfg, tmp_path)
     params = run.run_ctx.params
     assert isinstance(params, FedHDParams)
     ctx = _ctx(run, "hospital_0/c0")
@@ -167,7 +124,7 @@ def test_payload_audit_only_synthetic_slides_leave_a_client(tmp_path: Path) -> N
 
 
 def test_clients_in_different_embedding_spaces_are_refused(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
+    run = inprocess_run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
     server = FedHDServer(run.run_ctx.params, run.server.ctx)
     arrays = bags_to_arrays([SlideBag("a", torch.zeros(2, 8), 0, "h")])
     replies = {
@@ -185,7 +142,7 @@ def test_clients_in_different_embedding_spaces_are_refused(tmp_path: Path) -> No
 
 
 def test_server_state_round_trips(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
+    run = inprocess_run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
     ctx: ServerContext = run.server.ctx
     server = FedHDServer(run.run_ctx.params, ctx)
     a, b = ctx.client_ids[2], ctx.client_ids[0]
@@ -222,7 +179,7 @@ def test_model_params_for_an_unchosen_architecture_are_refused() -> None:
 def test_t0_beyond_training_is_refused(tmp_path: Path) -> None:
     cfg = tiny(tmp_path, *FEDHD[:-1], "algorithm.params.t0=3")
     with pytest.raises(ConfigError, match="t0"):
-        _run(cfg, tmp_path).run()
+        inprocess_run(cfg, tmp_path).run()
 
 
 @pytest.mark.parametrize(
@@ -230,7 +187,7 @@ def test_t0_beyond_training_is_refused(tmp_path: Path) -> None:
 )
 def test_baselines_run_and_report_every_client(tmp_path: Path, algo: str) -> None:
     cfg = tiny(tmp_path, f"algorithm.name={algo}", "train.rounds=2")
-    run = _run(cfg, tmp_path)
+    run = inprocess_run(cfg, tmp_path)
     init = {k: v.copy() for k, v in (run.server.global_weights() or {}).items()}
     rec = run.run()
     assert len(rec["evaluation"]["clients"]) == 3
@@ -246,7 +203,7 @@ def test_image_algorithm_on_bags_and_bag_algorithm_on_images_fail_clearly(
     tmp_path: Path,
 ) -> None:
     with pytest.raises(ConfigError, match="trains on images, but dataset"):
-        _run(tiny(tmp_path, "algorithm.name=fedavg"), tmp_path)
+        inprocess_run(tiny(tmp_path, "algorithm.name=fedavg"), tmp_path)
     img = load_config(
         None,
         [

@@ -8,7 +8,6 @@ test_feddgm.py; the styles in tests/mil/test_styles.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,59 +24,25 @@ from fedpath.algorithms.fedhe import FedHEClient
 from fedpath.algorithms.histofs import (
     HistoFSClient,
 )
-from fedpath.config import ConfigError, ExperimentConfig, load_config
+from fedpath.config import ConfigError, load_config
 from fedpath.data.bags import split_bags
-from fedpath.runtime.audit import audit
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.types import ClientState, Payload
-from tests.algorithms.test_fedhd import TINY, _run
+from tests.mil_helpers import (
+    SMALL,
+    TINY,
+    check_clean_run,
+    inprocess_run,
+    tiny_baseline,
+)
 
-SMALL = {
-    "fedhe": [],
-    "desa": [
-        "algorithm.params.anchors_per_class=2",
-        "algorithm.params.tokens=20",
-        "algorithm.params.iters=10",
-    ],
-    "histofs": [],
-    "feddgm": ["algorithm.params.components=2", "algorithm.params.tokens=20"],
-}
-#: what each baseline's clients may send, per stage
-UPLOADS = {
-    "fedhe": {"fit": {"class_logits"}},
-    "desa": {"distill": {"synthetic"}, "fit": {"anchor_logits"}},
-    "histofs": {"stats": {"styles"}, "fit": {"weights"}},
-    "feddgm": {"distill": {"synthetic"}, "fit": set()},
-}
 HETERO = [
     "algorithm.params.models={hospital_2: transmil}",
     "algorithm.params.model_params={transmil: {hidden: 16, landmarks: 4}}",
 ]
 
 
-def tiny(tmp_path: Path, algo: str, *extra: str) -> ExperimentConfig:
-    return load_config(
-        None,
-        [f"output_dir={tmp_path}", *TINY, f"algorithm.name={algo}", *SMALL[algo],
-         *extra],
-    )  # fmt: skip
-
-
 # ------------------------------------------------------------------ smoke
-
-
-def check_clean_run(run: InProcessRun, rec: dict[str, Any], algo: str) -> None:
-    """Every client's metrics in range, the audit clean, and only ``algo``'s
-    groups sent at each stage."""
-    for m in rec["evaluation"]["clients"].values():
-        assert 0.0 <= m["accuracy"] <= 1.0 and m["n"] >= 2
-    _, findings = audit(run.run_dir)
-    assert findings == []
-    sent: dict[str, set[str]] = {}
-    for line in (run.run_dir / "traffic.jsonl").open():
-        r = json.loads(line)
-        sent.setdefault(r["stage"], set()).update(g for g, *_ in r["sent"] or [])
-    assert sent == UPLOADS[algo]
 
 
 @pytest.mark.parametrize("algo", sorted(SMALL))
@@ -85,7 +50,9 @@ def test_baseline_runs_two_rounds_and_sends_only_its_groups(
     tmp_path: Path, algo: str
 ) -> None:
     hetero = HETERO if algo != "histofs" else []
-    run = _run(tiny(tmp_path, algo, "train.rounds=2", *hetero), tmp_path)
+    run = inprocess_run(
+        tiny_baseline(tmp_path, algo, "train.rounds=2", *hetero), tmp_path
+    )
     init = {k: v.copy() for k, v in (run.server.global_weights() or {}).items()}
     rec = run.run()
     clients = rec["evaluation"]["clients"]
@@ -131,7 +98,7 @@ def _client_replies(run: InProcessRun, algo: str) -> list[Payload]:
 
 @pytest.mark.parametrize("algo", sorted(SMALL))
 def test_no_real_patch_embedding_leaves_a_client(tmp_path: Path, algo: str) -> None:
-    run = _run(tiny(tmp_path, algo), tmp_path)
+    run = inprocess_run(tiny_baseline(tmp_path, algo), tmp_path)
     ctx = run.client_half("hospital_0/c0", 1).ctx
     real = torch.cat([b.features for b in split_bags(ctx.data)]).numpy()
     dim = real.shape[1]

@@ -20,32 +20,26 @@ from fedpath.config import ConfigError, load_config
 from fedpath.mil.adapters import AdaptedMIL, space_key
 from fedpath.params.mil_baselines import HistoFSParams
 from fedpath.types import Payload
-from tests.algorithms.test_fedhd import TINY, _run
-from tests.algorithms.test_fedhd_baselines import SMALL, check_clean_run
-from tests.algorithms.test_fedhd_hetero import OWN, SPACES
-
-ADAPT = [
+from tests.mil_helpers import (
+    ADAPT,
+    OWN,
     SPACES,
-    "algorithm.params.spaces=adapt",
-    "algorithm.params.models={hospital_2: transmil}",
-    "algorithm.params.model_params={transmil: {hidden: 16, landmarks: 4}}",
-]
+    TINY,
+    check_clean_run,
+    inprocess_run,
+    tiny_baseline,
+)
+
 METHODS = ("desa", "feddgm", "histofs")
-
-
-def _cfg(tmp_path: Path, algo: str, *extra: str):  # type: ignore[no-untyped-def]
-    return load_config(
-        None,
-        [f"output_dir={tmp_path}", *TINY, f"algorithm.name={algo}", *SMALL[algo],
-         *extra],
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("algo", METHODS)
 def test_baseline_trains_two_rounds_across_three_spaces(
     tmp_path: Path, algo: str
 ) -> None:
-    run = _run(_cfg(tmp_path, algo, "train.rounds=2", *ADAPT), tmp_path)
+    run = inprocess_run(
+        tiny_baseline(tmp_path, algo, "train.rounds=2", *ADAPT), tmp_path
+    )
     rec = run.run()
     clients = rec["evaluation"]["clients"]
     assert sorted(clients) == sorted(OWN)
@@ -78,8 +72,8 @@ def test_differing_spaces_without_the_option_are_refused(
     tmp_path: Path, algo: str
 ) -> None:
     with pytest.raises(ConfigError, match=r"spaces"):
-        cfg = _cfg(tmp_path, algo, SPACES)
-        _run(cfg, tmp_path).run()
+        cfg = tiny_baseline(tmp_path, algo, SPACES)
+        inprocess_run(cfg, tmp_path).run()
 
 
 def test_histofs_refuses_per_client_extractors_at_load() -> None:
@@ -94,7 +88,9 @@ def test_no_real_patch_embedding_leaves_a_client_in_any_space(
     from fedpath.tasks.bags import BagTask
 
     for algo in ("desa", "feddgm"):
-        run = _run(_cfg(tmp_path / algo, algo, *ADAPT), tmp_path / algo)
+        run = inprocess_run(
+            tiny_baseline(tmp_path / algo, algo, *ADAPT), tmp_path / algo
+        )
         task = run.task
         assert isinstance(task, BagTask)
         reals = []

@@ -22,32 +22,20 @@ from fedpath.mil.bags import SlideBag
 from fedpath.mil.export import client_file
 from fedpath.mil.models import build_mil_model
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
-from fedpath.runtime.inprocess import InProcessRun
 from fedpath.tasks.bags import BagTask
 from fedpath.types import ClientState, Payload
-from tests.algorithms.test_fedhd import FEDHD, SAME, TINY
-from tests.mil.test_export import same_metrics
-
-#: hospital_0 keeps the dataset's space (D = 8); the others are other "extractors"
-SPACES = (
-    "algorithm.params.features={hospital_1: {project: 5}, "
-    "hospital_2: {project: 12, seed: 3, nonlinear: true}}"
+from tests.mil_helpers import (
+    FEDHD,
+    OWN,
+    SAME,
+    SPACES,
+    TINY,
+    inprocess_run,
+    same_metrics,
+    tiny,
 )
-OWN = {"hospital_0/c0": ("synthetic", 8), "hospital_1/c0": ("project5-s0", 5)}
-OWN["hospital_2/c0"] = ("project12-s3", 12)
+
 ADAPT = [*FEDHD, SPACES, "algorithm.params.spaces=adapt"]
-
-
-def tiny(tmp_path: Path, *extra: str) -> ExperimentConfig:
-    return load_config(None, [f"output_dir={tmp_path}", *TINY, *extra])
-
-
-def _run(cfg: ExperimentConfig, tmp_path: Path) -> InProcessRun:
-    from fedpath.data.partition import lodo_plan
-
-    ds = load_dataset(cfg.data)
-    (fold,) = lodo_plan(ds, cfg.lodo.targets)
-    return InProcessRun(cfg, ds, fold, 0, tmp_path / "run")
 
 
 def _replies(dims: dict[str, tuple[str, int]]) -> dict[str, Payload]:
@@ -65,7 +53,7 @@ def _replies(dims: dict[str, tuple[str, int]]) -> dict[str, Payload]:
 
 
 def test_server_accepts_differing_spaces_only_with_the_option(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
+    run = inprocess_run(tiny(tmp_path, *FEDHD, SAME), tmp_path)
     params = run.run_ctx.params
     assert isinstance(params, FedHDParams)
     same = FedHDServer(params, run.server.ctx)
@@ -113,7 +101,7 @@ def test_server_accepts_differing_spaces_only_with_the_option(tmp_path: Path) ->
 def test_same_mode_run_with_own_extractors_names_the_option(tmp_path: Path) -> None:
     cfg = tiny(tmp_path, *FEDHD, SPACES, SAME)
     with pytest.raises(ConfigError, match=r"algorithm\.params\.spaces: adapt"):
-        _run(cfg, tmp_path).run()
+        inprocess_run(cfg, tmp_path).run()
 
 
 def test_weight_averaging_refuses_own_extractors() -> None:
@@ -122,7 +110,7 @@ def test_weight_averaging_refuses_own_extractors() -> None:
 
 
 def test_payload_holds_only_synthetic_slides(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, *ADAPT), tmp_path)
+    run = inprocess_run(tiny(tmp_path, *ADAPT), tmp_path)
     params = run.run_ctx.params
     assert isinstance(params, FedHDParams)
     task = run.task
@@ -196,7 +184,7 @@ def test_two_spaces_of_different_dims_train_end_to_end(
 
 def test_adapters_are_trained_and_kept_apart_from_the_model(tmp_path: Path) -> None:
     cfg = tiny(tmp_path, *ADAPT)
-    run = _run(cfg, tmp_path)
+    run = inprocess_run(cfg, tmp_path)
     run.run()
     for cid, (_, d) in OWN.items():
         state = run.states[cid]
@@ -253,7 +241,7 @@ def test_folder_feature_set_reads_its_own_bag_files(tmp_path: Path) -> None:
         "algorithm.name=local_mil",
         f"algorithm.params.features={{hospital_1: {{root: {root}}}}}",
     )
-    rec = _run(cfg, tmp_path).run()
+    rec = inprocess_run(cfg, tmp_path).run()
     assert len(rec["evaluation"]["clients"]) == 3
     model = load_mil_model(client_file(tmp_path / "run" / "models", "hospital_1/c0"))
     assert model.in_dim == 6 and model.embedding_space == "lite0"
@@ -270,7 +258,7 @@ def test_adapt_in_one_space_trains_exactly_what_same_does(tmp_path: Path) -> Non
     runs = {}
     for mode in ("same", "adapt"):
         cfg = tiny(tmp_path / mode, *FEDHD, *two, f"algorithm.params.spaces={mode}")
-        run = _run(cfg, tmp_path / mode)
+        run = inprocess_run(cfg, tmp_path / mode)
         runs[mode] = (run.run(), run)
     (rec_same, same), (rec_adapt, adapt) = runs["same"], runs["adapt"]
     assert rec_adapt["evaluation"]["clients"] == rec_same["evaluation"]["clients"]

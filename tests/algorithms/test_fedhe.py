@@ -12,8 +12,7 @@ from fedpath.algorithms.fedhe import FedHEClient, proto_term, server_mean
 from fedpath.data.bags import split_bags
 from fedpath.params.mil_baselines import FedHEParams
 from fedpath.types import ClientState, Payload
-from tests.algorithms.test_fedhd import _run
-from tests.algorithms.test_fedhd_baselines import tiny
+from tests.mil_helpers import inprocess_run, tiny_baseline
 
 
 def test_fedhe_server_mean_is_unweighted_over_clients_that_saw_the_class() -> None:
@@ -37,7 +36,9 @@ def test_fedhe_proto_term_is_mse_to_the_class_mean() -> None:
 
 
 def test_fedhe_uploads_the_last_epochs_mean_logits(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, "fedhe", "train.local_epochs=3"), tmp_path)
+    run = inprocess_run(
+        tiny_baseline(tmp_path, "fedhe", "train.local_epochs=3"), tmp_path
+    )
     ctx = run.client_half("hospital_0/c0", 1).ctx
     assert isinstance(run.run_ctx.params, FedHEParams)
     reply = FedHEClient(run.run_ctx.params, ctx).handle("fit", Payload(), ClientState())

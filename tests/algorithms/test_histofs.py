@@ -13,8 +13,7 @@ from fedpath.algorithms.mil_common import arrays_to_spaced
 from fedpath.config import ConfigError
 from fedpath.params.mil_baselines import HistoFSParams
 from fedpath.types import Payload
-from tests.algorithms.test_fedhd import _run
-from tests.algorithms.test_fedhd_baselines import tiny
+from tests.mil_helpers import inprocess_run, tiny_baseline
 
 
 def test_histofs_refuses_heterogeneous_models_in_code() -> None:
@@ -25,7 +24,7 @@ def test_histofs_refuses_heterogeneous_models_in_code() -> None:
 def test_histofs_averages_weights_within_groups_by_slide_count(
     tmp_path: Path,
 ) -> None:
-    run = _run(tiny(tmp_path, "histofs"), tmp_path)
+    run = inprocess_run(tiny_baseline(tmp_path, "histofs"), tmp_path)
     server = HistoFSServer(HistoFSParams(spaces="adapt"), run.server.ctx)
     ids = run.server.ctx.client_ids
     a, b, c = ids

@@ -12,13 +12,13 @@ import pytest
 from fedpath.algorithms.base import ProtocolError
 from fedpath.algorithms.local_mil import LocalMILClient, NoServer
 from fedpath.types import ClientState, Payload
-from tests.algorithms.test_fedhd import _run, tiny
+from tests.mil_helpers import inprocess_run, tiny
 
 
 def test_the_coordinator_only_starts_rounds_and_averages_scalars(
     tmp_path: Path,
 ) -> None:
-    run = _run(tiny(tmp_path, "algorithm.name=local_mil"), tmp_path)
+    run = inprocess_run(tiny(tmp_path, "algorithm.name=local_mil"), tmp_path)
     server = NoServer(run.run_ctx.params, run.server.ctx)
     sent = server.configure("fit", 4, ["a", "b"])
     assert all(p.arrays == {} and p.scalars == {"round": 4} for p in sent.values())
@@ -36,7 +36,9 @@ def test_the_coordinator_only_starts_rounds_and_averages_scalars(
 
 
 def test_each_client_trains_its_own_model_and_sends_nothing(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, "algorithm.name=local_mil", "train.rounds=2"), tmp_path)
+    run = inprocess_run(
+        tiny(tmp_path, "algorithm.name=local_mil", "train.rounds=2"), tmp_path
+    )
     run.run()
     models = [s.arrays["model"] for s in run.states.values()]
     assert len(models) == 3

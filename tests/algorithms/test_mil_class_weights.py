@@ -17,8 +17,7 @@ import torch.nn.functional as F
 from fedpath.config import load_config
 from fedpath.losses import weighted_cross_entropy
 from fedpath.runtime.inprocess import InProcessRun
-from tests.algorithms.test_fedhd import TINY, _run
-from tests.algorithms.test_fedhd_baselines import SMALL
+from tests.mil_helpers import SMALL, TINY, inprocess_run
 
 #: two hospitals split by a label-skewed Dirichlet into clients whose slides are
 #: imbalanced, as are the pooled slides (the synthetic hospitals are balanced)
@@ -71,7 +70,7 @@ def _mil_run(tmp_path: Path, algo: str, *extra: str) -> InProcessRun:
         [f"output_dir={tmp_path}", *IMBALANCED, f"algorithm.name={algo}",
          *METHODS[algo], *extra],
     )  # fmt: skip
-    return _run(cfg, tmp_path)
+    return inprocess_run(cfg, tmp_path)
 
 
 def _trained(run: InProcessRun) -> dict[str, np.ndarray]:

@@ -13,11 +13,11 @@ from fedpath.algorithms.pooled_mil import PooledMILClient, PooledMILServer
 from fedpath.config import ConfigError
 from fedpath.data.bags import split_bags
 from fedpath.types import ClientState, Payload
-from tests.algorithms.test_fedhd import _run, tiny
+from tests.mil_helpers import inprocess_run, tiny
 
 
 def test_clients_upload_real_slides_once_then_idle(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, "algorithm.name=pooled_mil"), tmp_path)
+    run = inprocess_run(tiny(tmp_path, "algorithm.name=pooled_mil"), tmp_path)
     ctx = run.client_half(run.server.ctx.client_ids[0], 1).ctx
     client = PooledMILClient(run.run_ctx.params, ctx)
     up = client.handle("upload", Payload(), ClientState())
@@ -33,7 +33,9 @@ def test_clients_upload_real_slides_once_then_idle(tmp_path: Path) -> None:
 def test_the_server_trains_on_all_slides_and_resumes_from_its_state(
     tmp_path: Path,
 ) -> None:
-    run = _run(tiny(tmp_path, "algorithm.name=pooled_mil", "train.rounds=2"), tmp_path)
+    run = inprocess_run(
+        tiny(tmp_path, "algorithm.name=pooled_mil", "train.rounds=2"), tmp_path
+    )
     server = run.server
     assert isinstance(server, PooledMILServer)
     assert tuple(server.stages(1)) == ("upload",) and tuple(server.stages(2)) == (
@@ -50,7 +52,7 @@ def test_the_server_trains_on_all_slides_and_resumes_from_its_state(
 
 
 def test_one_model_only(tmp_path: Path) -> None:
-    run = _run(tiny(tmp_path, "algorithm.name=pooled_mil"), tmp_path)
+    run = inprocess_run(tiny(tmp_path, "algorithm.name=pooled_mil"), tmp_path)
     params = type(run.run_ctx.params)(models={"hospital_0": "transmil"})
     with pytest.raises(ConfigError, match="pooled training has one model"):
         PooledMILServer(params, run.server.ctx)

@@ -13,8 +13,7 @@ import pytest
 from fedpath.cli import main
 from fedpath.ensemble import EnsembleMeta, LoadedEnsemble
 from fedpath.loading import load_model
-from tests.inference.conftest import write_images
-from tests.test_ensemble import member
+from tests.inference.conftest import member, write_images
 
 
 def test_the_ensemble_command_writes_a_file_predict_and_adapt_bn_use(

@@ -11,7 +11,7 @@ import pytest
 from fedpath.cli import main
 from fedpath.commands.info import describe, render
 from fedpath.ensemble import save_ensemble
-from tests.test_ensemble import member
+from tests.inference.conftest import member
 
 EXPECTED = {
     "metric": "balanced_accuracy",

@@ -29,18 +29,14 @@ import yaml
 from fedpath.config import ConfigError
 from fedpath.registry import ALGORITHMS
 from fedpath.schema import resolve_params
+from tests.fidelity_helpers import ledger_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 LEDGERS = sorted((ROOT / "docs" / "fidelity").glob("*.md"))
-BLOCK = re.compile(r"```yaml fidelity\n(.*?)```", re.S)
 REF = re.compile(r"`((?:fedpath|tests|benchmarks|configs)/[\w/.-]+?)(?:::([\w.]+))?`")
 OVERRIDE = re.compile(r"algorithm\.params\.(\w+)=(\S+)")
 #: the keys that name an option, each needing its own explanation
 OPTIONS = {"option": "why", "fedpath_option": "why", "literal_option": "contradiction"}
-
-
-def ledger_blocks(path: Path) -> list[dict[str, Any]]:
-    return [yaml.safe_load(b) for b in BLOCK.findall(path.read_text("utf-8"))]
 
 
 def test_there_is_a_ledger_per_paper() -> None:

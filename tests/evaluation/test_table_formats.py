@@ -17,7 +17,7 @@ from fedpath.evaluation.table_formats import (
     to_markdown,
 )
 from fedpath.evaluation.tables import ResultRow, ResultTable, build_table
-from tests.evaluation.test_tables import RAW, make_rows
+from tests.evaluation.table_cases import RAW, make_rows
 
 
 @pytest.fixture

@@ -34,6 +34,23 @@ def image_model_file(path: Path, **meta: object) -> Path:
     return save_model(path, net, head)
 
 
+#: the small CNN of :func:`member`
+PARAMS = {"widths": [4]}
+
+
+def member(path: Path, seed: int, **meta: object) -> Path:
+    """A random small CNN (``seed``) on 16 px images as a model file."""
+    torch.manual_seed(seed)
+    classes = meta.pop("class_names", CLASSES)
+    assert isinstance(classes, list)
+    net = build_model(ModelConfig(backbone="small_cnn", params=PARAMS), len(classes))
+    head = ModelMeta("small_cnn", PARAMS, classes, SIZE, [0.5] * 3, [0.2] * 3)
+    head.seed, head.method, head.trained_on = seed, "fedavg", [f"site_{seed}"]
+    for key, value in meta.items():
+        setattr(head, key, value)
+    return save_model(path, net, head)
+
+
 def mil_model_file(path: Path, **meta: Any) -> Path:
     """A random ABMIL of bags of dimension :data:`DIM` as a model file."""
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import torch
 
 from fedpath.mil.alignment import alignment_loss, allocate_tokens, single_gaussian
 from fedpath.mil.gmm import GMM, fit_gmm
-from tests.mil.test_distill import _blobs
+from tests.mil_helpers import blobs
 
 
 def _numpy_loss(tokens: np.ndarray, assign: np.ndarray, g: GMM, cov: bool) -> float:
@@ -43,7 +43,7 @@ def test_allocate_tokens_is_proportional_with_a_floor() -> None:
     [(4, "full", True), (4, "diag", True), (4, "full", False), (130, "full", True)],
 )
 def test_alignment_loss_matches_the_formula(dim: int, kind: str, cov: bool) -> None:
-    x = _blobs(n=900, d=dim)
+    x = blobs(n=900, d=dim)
     g = fit_gmm(x, 3, kind, dtype=torch.float64)  # type: ignore[arg-type]
     tokens = torch.randn(40, dim, dtype=torch.float64)
     # unbalanced on purpose: with D > 128 this takes the per-component loop
@@ -77,7 +77,7 @@ def test_alignment_loss_matches_the_formula(dim: int, kind: str, cov: bool) -> N
 
 
 def test_single_gaussian_is_the_sample_mean_and_covariance() -> None:
-    x = _blobs(n=300, d=3)
+    x = blobs(n=300, d=3)
     g = single_gaussian(x, reg=1e-3)
     assert g.num_components == 1 and torch.allclose(g.means[0], x.mean(0))
     cov = torch.cov(x.T, correction=0) + 1e-3 * torch.eye(3, dtype=x.dtype)

@@ -21,18 +21,7 @@ from fedpath.mil.decoder import (
     spread,
 )
 from fedpath.mil.decoder_train import train_decoder
-
-
-def pairs(
-    n: int = 48, dim: int = 8, size: int = 16
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Patches whose colour and brightness are a linear function of the embedding."""
-    gen = torch.Generator().manual_seed(0)
-    z = torch.randn(n, dim, generator=gen)
-    colour = torch.sigmoid(z[:, :3])[:, :, None, None]
-    ramp = torch.linspace(0.5, 1.0, size)[None, None, None, :]
-    x = (colour * ramp).expand(n, 3, size, size) * 255
-    return z, x.round().to(torch.uint8)
+from tests.mil_helpers import pairs
 
 
 def test_render_shape_dtype_range_and_odd_size() -> None:

@@ -16,7 +16,7 @@ from fedpath.mil.decoder_gan import (
     g_hinge_loss,
     generator_loss,
 )
-from tests.mil.test_decoder import pairs
+from tests.mil_helpers import pairs
 
 
 def test_hinge_losses_match_hand_computed_values() -> None:

@@ -15,7 +15,7 @@ from fedpath.mil.decoder import (
 )
 from fedpath.mil.decoder_gan import AdversarialOptions
 from fedpath.mil.decoder_train import train_decoder
-from tests.mil.test_decoder import pairs
+from tests.mil_helpers import pairs
 
 
 def test_training_reduces_reconstruction_loss() -> None:

@@ -14,18 +14,11 @@ from fedpath.mil.distill import (
     distill_slides,
 )
 from fedpath.mil.gmm import fit_gmm
-
-
-def _blobs(n: int = 600, d: int = 4, seed: int = 0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    centres = 5 * torch.randn(4, d, generator=gen, dtype=torch.float64)
-    z = torch.randint(4, (n,), generator=gen)
-    scale = 0.3 + torch.rand(4, d, generator=gen, dtype=torch.float64)
-    return centres[z] + scale[z] * torch.randn(n, d, generator=gen, dtype=torch.float64)
+from tests.mil_helpers import blobs
 
 
 def test_distillation_aligns_every_component() -> None:
-    x = _blobs(n=800, d=4).float()
+    x = blobs(n=800, d=4).float()
     g = fit_gmm(x, 4)
     res = distill_features(x, DistillOptions(tokens=400, iters=300), gmm=g, seed=0)
     assert res.tokens.shape == (400, 4) and len(res.losses) == 301
@@ -42,7 +35,7 @@ def test_distillation_aligns_every_component() -> None:
 
 
 def test_mean_mode_matches_only_the_mean_and_single_mode_one_gaussian() -> None:
-    x = _blobs(n=800, d=6).float()
+    x = blobs(n=800, d=6).float()
     cov_real = torch.cov(x.T, correction=0)
     mean_res = distill_features(x, DistillOptions(mode="mean", tokens=300, iters=200))
     assert float((mean_res.tokens.mean(0) - x.mean(0)).norm()) < 1e-2
@@ -84,7 +77,7 @@ def test_gmm_distillation_keeps_the_rare_component_single_gaussian_loses_it() ->
 
 
 def test_distill_slide_metadata_seed_and_options() -> None:
-    x = _blobs(n=300, d=4).float()
+    x = blobs(n=300, d=4).float()
     bag = SlideBag("s7", x, 1, "hospital_2")
     opts = DistillOptions(components=4, tokens=50, iters=20)
     a = distill_slide(bag, opts, seed=3)

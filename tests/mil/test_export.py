@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from fedpath.mil.predict import evaluate_mil
 from fedpath.model_file import read_container
 from fedpath.models.backbones import build_model
 from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
-from tests.algorithms.test_fedhd import FEDHD, TINY
+from tests.mil_helpers import FEDHD, TINY, same_metrics
 
 CLIENTS = ["hospital_0/c0", "hospital_1/c0", "hospital_2/c0"]
 
@@ -81,19 +80,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     )
     run_experiment(cfg)
     return Run(cfg, run_dir_for(cfg, "none", 0))
-
-
-def same_metrics(run_metrics: dict[str, Any], ours: dict[str, Any]) -> None:
-    """Every metric of the run's record equals ours (to 1e-9; null: undefined)."""
-    assert run_metrics, "the run recorded no metrics"
-    for key, value in run_metrics.items():
-        got = ours[key]
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            assert got is None or math.isnan(got), key
-        elif isinstance(value, int | float):
-            assert got == pytest.approx(value, abs=1e-9), key
-        else:
-            assert got == value, key
 
 
 def write_bags(

@@ -8,42 +8,28 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedpath.config import ConfigError
-from fedpath.mil import MIL_MODELS, build_mil_model, synthetic_bags
-from fedpath.mil.bags import SlideBag
-from fedpath.mil.models import MILModel
+from fedpath.mil import MIL_MODELS, build_mil_model
 from fedpath.mil.transmil import NystromAttention, iterative_pinv
 from fedpath.registry import UnknownNameError
+from tests.mil_helpers import MIL_SMALL, C, D, small_mil
 
-D, C = 12, 3
-SMALL = {
-    "abmil": {"hidden": 16, "attn_dim": 8},
-    "clam_sb": {"hidden": 16, "attn_dim": 8},
-    "clam_mb": {"hidden": 16, "attn_dim": 8},
-    "acmil": {"hidden": 16, "attn_dim": 8, "n_token": 3},
-    "transmil": {"hidden": 16, "heads": 2, "landmarks": 8, "residual_kernel": 5},
-}
 BRANCHES = {"abmil": 1, "clam_sb": 1, "clam_mb": C, "acmil": 3, "transmil": 1}
 
 
-def _model(name: str, **extra: object) -> MILModel:
-    torch.manual_seed(0)
-    return build_mil_model(name, D, C, {**SMALL[name], **extra})
-
-
 def test_registry_lists_the_five_models() -> None:
-    assert set(MIL_MODELS.names()) == set(SMALL)
+    assert set(MIL_MODELS.names()) == set(MIL_SMALL)
     with pytest.raises(UnknownNameError, match="abmil, acmil"):
         build_mil_model("abmli", D, C)
     with pytest.raises(ConfigError, match="hiden"):
         build_mil_model("abmil", D, C, {"hiden": 3})
     with pytest.raises(ValueError, match=r"\(N >= 1, 12\)"):
-        _model("abmil")(torch.randn(4, 5))
+        small_mil("abmil")(torch.randn(4, 5))
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", sorted(MIL_SMALL))
 @pytest.mark.parametrize("n", [1, 3, 7, 30, 70])
 def test_shapes_for_every_bag_size(name: str, n: int) -> None:
-    model = _model(name).eval()
+    model = small_mil(name).eval()
     out = model(torch.randn(n, D))
     assert out.logits.shape == (1, C) and out.aux_loss.shape == ()
     assert out.attention.shape == (BRANCHES[name], n)
@@ -54,18 +40,18 @@ def test_shapes_for_every_bag_size(name: str, n: int) -> None:
 
 def test_transmil_invariant_only_without_order_dependent_parts() -> None:
     # square N, exact attention (N + 1 <= landmarks), no PPEG, no conv on V
-    model = _model("transmil", ppeg=False, residual_kernel=0, landmarks=32).eval()
+    model = small_mil("transmil", ppeg=False, residual_kernel=0, landmarks=32).eval()
     x = torch.randn(25, D)
     perm = torch.randperm(25)
     assert torch.allclose(model(x).logits, model(x[perm]).logits, atol=1e-5)
     # with PPEG the grid order matters: permuting changes the logits
-    full = _model("transmil").eval()
+    full = small_mil("transmil").eval()
     assert not torch.allclose(full(x).logits, full(x[perm]).logits, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", sorted(MIL_SMALL))
 def test_gradients_reach_the_feature_layer(name: str) -> None:
-    model = _model(name).train()
+    model = small_mil(name).train()
     out = model(torch.randn(20, D), torch.tensor([1]))
     loss = F.cross_entropy(out.logits, torch.tensor([1])) + out.aux_loss
     loss.backward()
@@ -97,11 +83,6 @@ def test_iterative_pinv_and_nystrom_attention() -> None:
     attn.landmarks = 20  # Nystrom path: an approximation of the same output
     approx, _ = attn(x)
     assert float((approx - ref).norm() / ref.norm()) < 0.3
-
-
-def _toy(n_slides: int = 12) -> list[SlideBag]:
-    ds = synthetic_bags(1, n_slides, dim=D, patches=(30, 40), rare_fraction=0.1)
-    return ds.bags
 
 
 @pytest.mark.parametrize(
@@ -150,7 +131,7 @@ def test_model_params_are_checked_when_the_config_loads() -> None:
         load_config(None, [*bags, "model.params.hidden=0"])
     cfg = load_config(None, [*bags, "model.params.hidden=null"])
     assert cfg.model.params["hidden"] is None  # ABMIL on the raw features: valid
-    for name, small in SMALL.items():  # the defaults and the small sizes are valid
+    for name, small in MIL_SMALL.items():  # the defaults and the small sizes are valid
         schema = MIL_MODELS.params(name)
         assert schema is not None
         schema(), schema(**small)

@@ -9,12 +9,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedpath.mil.models_attention import CLAM
-from tests.mil.test_models import D, _model
+from tests.mil_helpers import D, small_mil
 
 
 @pytest.mark.parametrize("name", ["abmil", "clam_sb", "clam_mb", "acmil"])
 def test_attention_models_are_permutation_invariant(name: str) -> None:
-    model = _model(name).eval()
+    model = small_mil(name).eval()
     x = torch.randn(40, D)
     perm = torch.randperm(40)
     a, b = model(x), model(x[perm])
@@ -24,7 +24,7 @@ def test_attention_models_are_permutation_invariant(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["clam_sb", "clam_mb"])
 def test_clam_instance_loss_small_bags(name: str) -> None:
-    model = _model(name).train()
+    model = small_mil(name).train()
     assert isinstance(model, CLAM)
     assert float(model(torch.randn(1, D), 0).aux_loss) == 0.0  # N = 1: no pairs
     out = model(torch.randn(5, D), 2)  # N < k_sample = 8: k = 2
@@ -36,7 +36,7 @@ def test_clam_instance_loss_small_bags(name: str) -> None:
 
 
 def test_clam_aux_is_the_weighted_instance_loss() -> None:
-    model = _model("clam_sb", dropout=0.0).train()
+    model = small_mil("clam_sb", dropout=0.0).train()
     assert isinstance(model, CLAM)
     x = torch.randn(30, D)
     out = model(x, 1)
@@ -46,7 +46,7 @@ def test_clam_aux_is_the_weighted_instance_loss() -> None:
 
 
 def test_acmil_stkim_masks_some_top_patches_in_training() -> None:
-    model = _model("acmil", n_masked_patch=4, mask_drop=0.5)
+    model = small_mil("acmil", n_masked_patch=4, mask_drop=0.5)
     x = torch.randn(30, D)
     model.eval()
     top = torch.topk(model(x).attention, 4, dim=1).indices
@@ -58,7 +58,7 @@ def test_acmil_stkim_masks_some_top_patches_in_training() -> None:
 
 
 def test_acmil_aux_has_sub_prediction_and_diversity_terms() -> None:
-    model = _model("acmil", n_masked_patch=0)
+    model = small_mil("acmil", n_masked_patch=0)
     x = torch.randn(30, D)
     out = model.train()(x, 1)
     z = out.attention @ model.fc(x)  # type: ignore[operator]

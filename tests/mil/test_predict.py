@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from fedpath.mil.predict import evaluate_mil
-from tests.mil.test_models import C, _model, _toy
+from tests.mil_helpers import C, small_mil, toy_bags
 
 
 def test_evaluate_mil_probabilities_and_mode() -> None:
-    model = _model("abmil")
+    model = small_mil("abmil")
     model.train()
-    probs, labels = evaluate_mil(model, _toy(5))
+    probs, labels = evaluate_mil(model, toy_bags(5))
     assert probs.shape == (5, C) and np.allclose(probs.sum(1), 1.0)
-    assert labels.tolist() == [b.label for b in _toy(5)]
+    assert labels.tolist() == [b.label for b in toy_bags(5)]
     assert model.training  # the caller's mode is restored

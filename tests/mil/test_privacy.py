@@ -12,7 +12,7 @@ from fedpath.mil.bags import SlideBag
 from fedpath.mil.privacy import guard_tokens, reference_spacing
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.utils.io import read_jsonl
-from tests.algorithms.test_fedhd import FEDHD, TINY
+from tests.mil_helpers import FEDHD, TINY
 
 
 def _bag(x: torch.Tensor, name: str) -> SlideBag:

@@ -10,7 +10,7 @@ import pytest
 
 from fedpath.report import write_report
 from fedpath.report.browser import check_page, find_chromium
-from tests.report.test_build import _expected
+from tests.report_helpers import expected_means
 
 
 def test_report_opens_in_chromium(
@@ -30,7 +30,7 @@ def test_report_opens_in_chromium(
         assert not bad, f"images that did not load: {bad}"
         assert seen["errors"] == [], seen["errors"]
         if name == "suite":
-            want = _expected(suite_dir, "balanced_accuracy")
+            want = expected_means(suite_dir, "balanced_accuracy")
             got = {
                 (c["method"], c["column"]): c["mean"]
                 for c in seen["cells"]

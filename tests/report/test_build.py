@@ -3,7 +3,6 @@ figures are drawn, FedAD's and FedHD's sections are there."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -11,30 +10,7 @@ import numpy as np
 import pytest
 
 from fedpath.report import write_report
-
-
-def _expected(root: Path, metric: str) -> dict[tuple[str, str], float]:
-    """(method, target) -> mean over seeds x 100 of final.json's target metric."""
-    vals: dict[tuple[str, str], list[float]] = {}
-    for f in root.rglob("final.json"):
-        rec = json.loads(f.read_text())
-        v = rec["evaluation"]["target"][metric]
-        vals.setdefault((rec["method"], rec["target"]), []).append(100 * v)
-    return {k: float(np.mean(v)) for k, v in vals.items()}
-
-
-def _cells(html: str, metric: str) -> dict[tuple[str, str], float]:
-    table = re.search(
-        rf'<table class="results" data-metric="{metric}">(.*?)</table>', html, re.S
-    )
-    assert table is not None, f"no {metric} table"
-    return {
-        (m, c): float(v)
-        for m, c, v in re.findall(
-            r'data-method="([^"]+)" data-column="([^"]+)" data-mean="([^"]+)"',
-            table.group(1),
-        )
-    }
+from tests.report_helpers import expected_means, table_cells
 
 
 def test_report_tables_equal_final_json(suite_dir: Path, tmp_path: Path) -> None:
@@ -42,8 +18,8 @@ def test_report_tables_equal_final_json(suite_dir: Path, tmp_path: Path) -> None
     info = write_report([suite_dir], out)
     html = out.read_text()
     for metric in ("balanced_accuracy", "auroc"):
-        cells = _cells(html, metric)
-        want = _expected(suite_dir, metric)
+        cells = table_cells(html, metric)
+        want = expected_means(suite_dir, metric)
         for key, value in want.items():
             assert cells[key] == pytest.approx(value, abs=1e-9), key
         for method in ("fedavg", "fedstain"):  # Avg = mean of the per-seed means

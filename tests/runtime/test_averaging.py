@@ -23,7 +23,7 @@ from fedpath.runtime.experiment import (
 )
 from fedpath.runtime.inprocess import InProcessRun
 from tests.conftest import tiny_overrides
-from tests.report.test_build import _cells
+from tests.report_helpers import table_cells
 
 SWA = [
     "lodo.targets=[hospital_2]",
@@ -119,7 +119,7 @@ def test_the_report_shows_the_averaged_weights(tmp_path: Path) -> None:
     (record,) = run_experiment(cfg)
     write_report([tmp_path], tmp_path / "report.html", figures=False)
     html = (tmp_path / "report.html").read_text()
-    cells = _cells(html, re.escape("balanced_accuracy (averaged weights)"))
+    cells = table_cells(html, re.escape("balanced_accuracy (averaged weights)"))
     block = record["evaluation"]["averaged"]
     assert block["rounds"] == [1, 2]
     assert cells[("fedavg", "hospital_2")] == pytest.approx(

@@ -27,11 +27,9 @@ pytest.importorskip("flwr")
 from fedpath.config import ExperimentConfig, load_config
 from fedpath.runtime.experiment import run_dir_for, run_experiment
 from fedpath.utils.io import read_jsonl
-from tests.algorithms.test_fedhd import FEDHD
-from tests.algorithms.test_fedhd import TINY as BAGS
-from tests.algorithms.test_fedhd_baselines import SMALL
-from tests.algorithms.test_fedhd_baselines_hetero import ADAPT
 from tests.flower_helpers import nodes_for, run_over_grid
+from tests.mil_helpers import ADAPT, FEDHD, SMALL
+from tests.mil_helpers import TINY as BAGS
 from tests.ssl_helpers import SSL_TINY
 
 HOSPITALS = ("hospital_0/c0", "hospital_1/c0", "hospital_2/c0")

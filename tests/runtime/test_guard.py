@@ -82,8 +82,8 @@ def test_min_stats_noise_is_met_by_a_noised_run(tmp_path: Path) -> None:
 
 def test_fedhd_tokens_cap() -> None:
     from fedpath.config import load_config
-    from tests.algorithms.test_fedhd import FEDHD
-    from tests.algorithms.test_fedhd import TINY as BAGS
+    from tests.mil_helpers import FEDHD
+    from tests.mil_helpers import TINY as BAGS
 
     cfg = load_config(None, [*BAGS, *FEDHD, "algorithm.params.tokens=64"])
     check_run(parse_policy({"max_tokens": 64}, "x"), cfg)

@@ -20,14 +20,14 @@ from fedpath.runtime.experiment import load_dataset, run_dir_for, run_experiment
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.types import ArrayDict, Payload, Scalar
 from tests.conftest import tiny_overrides
-from tests.runtime.conftest import eval_lines, final_weights
+from tests.runtime.conftest import eval_lines, final_weights, global_weights
 
 
 def _smoke_config(tmp_path: Path, algorithm: str) -> ExperimentConfig:
     """The tiny config of ``algorithm``'s data kind: slide bags (MIL, judged per
     client), self-supervised images (linear probe) or supervised images."""
     from fedpath.algorithms.ssl_common import SSLClient
-    from tests.algorithms.test_fedhd import TINY as BAGS
+    from tests.mil_helpers import TINY as BAGS
 
     spec = ALGORITHMS.get(algorithm)
     if spec.data == "bags":
@@ -174,13 +174,6 @@ class Spy:
             return inner(stage, rnd, replies)
 
         run.server.aggregate = aggregate  # type: ignore[method-assign]
-
-
-def global_weights(run: InProcessRun) -> ArrayDict:
-    """The server's global model (every algorithm here keeps one)."""
-    weights = run.server.global_weights()
-    assert weights is not None
-    return weights
 
 
 def one_run(tmp_path: Path, *extra: str) -> InProcessRun:

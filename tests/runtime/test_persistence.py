@@ -22,7 +22,6 @@ from fedpath.runtime.persistence import (
     MODEL,
     RESULTS,
     TRAFFIC,
-    Checkpoint,
     check_same_config,
     disk_full,
     finished_record,
@@ -35,17 +34,7 @@ from fedpath.runtime.persistence import (
 )
 from fedpath.types import ClientState, Payload
 from tests.conftest import tiny_overrides
-
-
-def _ckpt(rnd: int = 2, **extra: Payload | None) -> Checkpoint:
-    w = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
-    return Checkpoint(
-        round=rnd,
-        server=Payload({"weights": w}, {"step": 4}),
-        clients={"c0": ClientState({"local": {"b": np.ones(2, np.int64)}}, {"n": 3})},
-        last_eval={"target": {"accuracy": 0.5}},
-        **extra,
-    )
+from tests.runtime.conftest import make_checkpoint
 
 
 def _lines(path: Path, rounds: list[int | None]) -> None:
@@ -63,7 +52,7 @@ def _rounds(path: Path) -> list[int | None]:
 
 def test_a_checkpoint_round_trips_with_its_state(tmp_path: Path) -> None:
     sel = Payload({"weights": {"w": np.zeros(3, np.float64)}}, {"round": 1})
-    ckpt = _ckpt(selected=sel, averaged=sel.copy())
+    ckpt = make_checkpoint(selected=sel, averaged=sel.copy())
     save_checkpoint(tmp_path, ckpt, "h1", "hospital_2", 0)
     back = load_checkpoint(tmp_path, "h1")
     assert back is not None and back.round == 2
@@ -77,7 +66,7 @@ def test_a_checkpoint_round_trips_with_its_state(tmp_path: Path) -> None:
     assert np.array_equal(back.selected.arrays["weights"]["w"], np.zeros(3))
     assert back.selected.scalars == {"round": 1}
     # without validation or averaging the checkpoint holds neither
-    save_checkpoint(tmp_path, _ckpt(), "h1", "hospital_2", 0)
+    save_checkpoint(tmp_path, make_checkpoint(), "h1", "hospital_2", 0)
     raw = torch.load(tmp_path / CHECKPOINT, weights_only=True)
     assert "selected" not in raw and "averaged" not in raw
     assert (raw["fold"], raw["seed"], raw["config_hash"]) == ("hospital_2", 0, "h1")
@@ -112,7 +101,7 @@ def test_the_digest_sees_a_flipped_bit_a_dtype_and_a_shape() -> None:
 def test_a_corrupted_or_foreign_checkpoint_is_refused_naming_why(
     tmp_path: Path,
 ) -> None:
-    save_checkpoint(tmp_path, _ckpt(), "h1", "t", 0)
+    save_checkpoint(tmp_path, make_checkpoint(), "h1", "t", 0)
     with pytest.raises(ResumeError, match=r"different config \(hash h1 != h2\)"):
         load_checkpoint(tmp_path, "h2")
     raw = torch.load(tmp_path / CHECKPOINT, weights_only=True)
@@ -126,7 +115,7 @@ def test_a_corrupted_or_foreign_checkpoint_is_refused_naming_why(
 
 
 def test_a_checkpoint_without_digest_is_refused(tmp_path: Path) -> None:
-    save_checkpoint(tmp_path, _ckpt(), "h1", "t", 0)
+    save_checkpoint(tmp_path, make_checkpoint(), "h1", "t", 0)
     path = tmp_path / "checkpoint.pt"
     tree = torch.load(path, weights_only=True)
     del tree["digest"]
@@ -157,7 +146,7 @@ def test_resuming_drops_the_records_of_rounds_after_the_checkpoint(
 ) -> None:
     _lines(tmp_path / RESULTS, [1, 2, 3, None])
     _lines(tmp_path / TRAFFIC, [2, 3])
-    save_checkpoint(tmp_path, _ckpt(rnd=2), "h", "t", 0)
+    save_checkpoint(tmp_path, make_checkpoint(rnd=2), "h", "t", 0)
     assert load_checkpoint(tmp_path, "h") is not None
     assert _rounds(tmp_path / RESULTS) == [1, 2, None]  # no round: round 0
     assert _rounds(tmp_path / TRAFFIC) == [2]
@@ -265,7 +254,7 @@ def test_a_checkpoint_torch_cannot_read_is_one_line_naming_the_fix(
 def _crafted(tmp_path: Path, key: str, value: object) -> None:
     """A checkpoint with ``key`` set to ``value`` (removed when None) and a
     digest recomputed to match: the digest cannot tell it from a real one."""
-    save_checkpoint(tmp_path, _ckpt(selected=Payload()), "h1", "t", 0)
+    save_checkpoint(tmp_path, make_checkpoint(selected=Payload()), "h1", "t", 0)
     raw = torch.load(tmp_path / CHECKPOINT, weights_only=True)
     if value is None:
         del raw[key]

@@ -12,7 +12,7 @@ from fedpath.errors import ResumeError
 from fedpath.runtime.persistence import load_checkpoint, save_checkpoint
 from fedpath.runtime.same_config import check_same_config
 from tests.conftest import tiny_overrides
-from tests.runtime.test_persistence import _ckpt
+from tests.runtime.conftest import make_checkpoint
 
 
 def test_an_option_added_since_the_run_at_its_default_keeps_its_results(
@@ -31,7 +31,9 @@ def test_an_option_added_since_the_run_at_its_default_keeps_its_results(
     with pytest.raises(ResumeError, match=r"evaluation.expected, train.lr\)"):
         check_same_config(tmp_path, final, both, both.hash())
     # an interrupted run resumes from its checkpoint by the same rule
-    save_checkpoint(tmp_path, _ckpt(), "the hash before the option existed", "t", 0)
+    save_checkpoint(
+        tmp_path, make_checkpoint(), "the hash before the option existed", "t", 0
+    )
     assert load_checkpoint(tmp_path, cfg.hash(), cfg) is not None
     with pytest.raises(ResumeError, match="different config"):
         load_checkpoint(tmp_path, both.hash(), both)
@@ -46,7 +48,7 @@ def test_asking_for_other_seeds_keeps_a_finished_seed_but_not_other_changes(
     fewer = cfg.replace(seeds=[0, 1])
     assert fewer.hash() != cfg.hash()
     check_same_config(tmp_path, final, fewer, fewer.hash())  # the run stands
-    save_checkpoint(tmp_path, _ckpt(), cfg.hash(), "t", 0)
+    save_checkpoint(tmp_path, make_checkpoint(), cfg.hash(), "t", 0)
     assert load_checkpoint(tmp_path, fewer.hash(), fewer) is not None
     both = fewer.replace(**{"train.lr": 0.5})
     with pytest.raises(ResumeError, match=r"differing keys: seeds, train.lr\)"):

@@ -17,7 +17,7 @@ from tests.conftest import tiny_overrides
 
 
 def test_tasks_pick_by_data_kind_and_refuse_the_other_kind(tmp_path: Path) -> None:
-    from tests.algorithms.test_fedhd import TINY as BAGS
+    from tests.mil_helpers import TINY as BAGS
 
     images = load_config(None, tiny_overrides(tmp_path))
     bags = load_config(None, [*BAGS, "algorithm.name=local_mil"])

@@ -146,14 +146,19 @@ def test_a_signal_removes_the_nodes_socket_and_key(tmp_path: Path, sig: int) -> 
     cmd = processes.supernode_command(
         nowhere, processes.free_port(), {"client-id": "h/c0"}, worker=sock
     )
-    with (tmp_path / "node.log").open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    log = tmp_path / "node.log"
+    with log.open("wb") as out:
+        # Flower's own tools on PATH, as every fedpath launcher gives them: the
+        # SuperNode starts flower-superexec by name and stops if it is missing
+        env = processes.flower_env(tmp_path / "flwr")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def worker_up() -> bool:
+        assert proc.poll() is None, f"the node exited early:\n{log.read_text()}"
+        return worker_protocol.key_path(sock).exists() and _answers(sock)
+
     try:
-        processes.wait_for(
-            lambda: worker_protocol.key_path(sock).exists() and _answers(sock),
-            120,
-            "the node's worker",
-        )
+        processes.wait_for(worker_up, 120, "the node's worker")
         proc.send_signal(sig)
         proc.wait(60)
         assert not sock.exists() and not worker_protocol.key_path(sock).exists()

@@ -50,6 +50,7 @@ from fedpath.runtime.flower.records import payload_to_records
 from fedpath.runtime.flower.server_app import run_federation
 from fedpath.types import Payload
 from fedpath.utils.io import read_jsonl
+from tests import conftest
 
 
 def run_logs(run_id: int, connection: str, home: Path) -> str:
@@ -67,16 +68,9 @@ def register_node(public_key: Path, connection: str, home: Path) -> str:
 # ------------------------------------------------- configs and run comparisons
 
 
+#: the shared tiny federation, one client per hospital, one thread, one fold
 TINY = [
-    "data.params.num_hospitals=3",
-    "data.params.samples_per_hospital=48",
-    "data.params.image_size=32",
-    "data.params.slides_per_hospital=4",
-    "model.params.widths=[8,16]",
-    "train.rounds=2",
-    "train.batch_size=16",
-    "train.eval_batch_size=64",
-    "seeds=[0]",
+    *conftest.TINY,
     "runtime.threads=1",
     "lodo.targets=[hospital_2]",
     "partition.clients_per_domain=1",
@@ -129,7 +123,26 @@ def wire(msg: Message) -> Message:
     return out
 
 
-class LoopbackGrid(Grid):
+class OfflineGrid(Grid):
+    """A Grid of this process: what fedpath's coordinator never calls raises."""
+
+    def set_run(self, run: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def run(self) -> Any:
+        raise NotImplementedError
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        raise NotImplementedError
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        raise AssertionError("fedpath polls with its own short loop")
+
+
+class LoopbackGrid(OfflineGrid):
     """A Grid whose nodes are ClientApp calls in this process (one Context each)."""
 
     def __init__(
@@ -144,16 +157,6 @@ class LoopbackGrid(Grid):
         }
         self.drop = set(drop)  # (node, round): no reply, as a dead node
         self.replies: dict[str, Message] = {}
-
-    def set_run(self, run: Any) -> None:
-        raise NotImplementedError
-
-    @property
-    def run(self) -> Any:
-        raise NotImplementedError
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        raise NotImplementedError
 
     def get_node_ids(self) -> list[int]:
         return sorted(self.contexts)

@@ -306,21 +306,15 @@ def test_a_fresh_run_replaces_its_earlier_mlflow_run(tmp_path: Path) -> None:
     assert table == expected(run_dir)
 
 
-def test_the_flower_coordinator_tracks_its_rounds(tmp_path: Path) -> None:
+def test_the_flower_coordinator_tracks_its_rounds(
+    tmp_path: Path, task_identity: None
+) -> None:
     needs("mlflow")
     pytest.importorskip("flwr", reason="pip install 'fedpath[flower]'")
-    from flwr.supercore.task_identity import TaskIdentity
-
     from tests.flower_helpers import config, nodes_for, run_over_grid
 
     cfg = config(tmp_path, "runtime.tracking=mlflow")
-    # messages built outside a Flower process need a run and node identity
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-    try:
-        run_over_grid(cfg, nodes_for("hospital_0/c0", "hospital_1/c0", "hospital_2/c0"))
-    finally:
-        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+    run_over_grid(cfg, nodes_for("hospital_0/c0", "hospital_1/c0", "hospital_2/c0"))
     run, table = mlflow_table(cfg)
     assert run.info.status == "FINISHED"
     assert table == expected(run_dir_for(cfg, cfg.lodo.targets[0], 0))

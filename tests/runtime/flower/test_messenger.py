@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,6 @@ import pytest
 pytest.importorskip("flwr")
 
 from flwr.app import ConfigRecord, Error, Message, RecordDict
-from flwr.serverapp import Grid
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedpath.runtime.flower import META, PROTOCOL
 from fedpath.runtime.flower.messenger import Fold, Messenger
@@ -20,20 +18,16 @@ from fedpath.runtime.flower.nodes import FlowerSettings
 from fedpath.runtime.results import RunLog
 from fedpath.types import Payload
 from fedpath.utils.io import read_jsonl
+from tests.flower_helpers import OfflineGrid
 
 FOLD = Fold(7, "hospital_0", ("hospital_1", "hospital_2"), ("a", "b"))
 
 
-@pytest.fixture(autouse=True)
-def task_identity() -> Iterator[None]:
-    """Messages built outside a Flower process need a run and node identity."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+# messages built outside a Flower process need a run and node identity
+pytestmark = pytest.mark.usefixtures("task_identity")
 
 
-class Scripted(Grid):
+class Scripted(OfflineGrid):
     """Each node answers as scripted: ``ok`` (echo), ``error`` or ``silent``."""
 
     def __init__(self, script: dict[int, str]) -> None:
@@ -60,23 +54,8 @@ class Scripted(Grid):
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
         return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
 
-    def set_run(self, run: Any) -> None:
-        raise NotImplementedError
-
-    @property
-    def run(self) -> Any:
-        raise NotImplementedError
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        raise NotImplementedError
-
     def get_node_ids(self) -> list[int]:
         return sorted(self.script)
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> list[Message]:
-        raise AssertionError("fedpath polls with its own short loop")
 
 
 def messenger(tmp_path: Path, script: dict[int, str], **opts: Any) -> Messenger:

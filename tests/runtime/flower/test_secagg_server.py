@@ -6,7 +6,6 @@ whole protocol over a real federation is in ``test_flower_processes_secagg.py``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,7 +18,6 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
     Key,
     Stage,
 )
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.partition import ClientData
@@ -39,14 +37,8 @@ from fedpath.runtime.secagg import SecAggSettings
 from fedpath.types import Payload
 from tests.conftest import tiny_overrides
 
-
-@pytest.fixture(autouse=True)
-def task_identity() -> Iterator[None]:
-    """Messages built outside a Flower process need a run and node identity."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+# messages built outside a Flower process need a run and node identity
+pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 class FakeMessenger:

@@ -147,7 +147,7 @@ def check_unique_runs(paths: Sequence[Path], rows: Sequence[ResultRow]) -> None:
         if key not in seen:
             seen.add(key)
             continue
-        from fedpath.runtime.experiment import find_runs
+        from fedpath.runtime.experiment import find_runs, units_files
         from fedpath.runtime.records import read_final
 
         dirs = []
@@ -158,10 +158,23 @@ def check_unique_runs(paths: Sequence[Path], rows: Sequence[ResultRow]) -> None:
                 rec["target"] == r.target or r.target in clients
             ):
                 dirs.append(str(d))
+        dirs += [str(f) for f in units_files(paths) if _holds(f, key)]
         where = " and ".join(map(repr, dirs[:2])) or ", ".join(map(str, paths))
         raise ConfigError(
             f"two finished runs are method {r.method!r}, domain or client "
             f"{r.target!r}, seed {r.seed} ({where}): a run directory copied, a "
-            "path given twice or inside another, or two experiments mixed; give "
-            "paths that hold each run once"
+            "path given twice or inside another, a units file beside the runs it "
+            "was written from, or two experiments mixed; give paths that hold "
+            "each run once"
         )
+
+
+def _holds(units: Path, key: tuple[str, str, int]) -> bool:
+    """The units file ``units`` has the unit ``key`` (method, target, seed)."""
+    from fedpath.evaluation.units_file import read_units
+
+    return any(
+        (r.method, r.target, r.seed) == key
+        for rows in read_units(units).values()
+        for r in rows
+    )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpath.commands.common import add_common, console, no_such_metric
+from fedpath.config import ConfigError
 from fedpath.utils.cli_args import SubParsers, is_quiet
 
 #: The title of each ``--split``.
@@ -65,6 +66,15 @@ def register(sub: SubParsers) -> None:
     )
     table.add_argument("--out", type=Path, help="also write the table to this file")
     table.add_argument(
+        "--units",
+        type=Path,
+        metavar="FILE.csv",
+        help="also write every (method, target, seed) unit's metrics on this "
+        "split to this CSV file, which table and compare read back in place of "
+        "the run directories (keep a benchmark's per-unit results without its "
+        "runs, or pair rows run on different machines)",
+    )
+    table.add_argument(
         "--baseline",
         default=None,
         help="also compare every method with this one, paired over (target, "
@@ -84,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         is_quiet(args),
         select=args.select,
         baseline=args.baseline,
+        units=args.units,
     )
     return 0
 
@@ -98,11 +109,13 @@ def print_table(
     methods: Sequence[str] | None = None,
     select: str = "last",
     baseline: str | None = None,
+    units: Path | None = None,
 ) -> None:
     """Print (and with ``out`` write) the table of ``metric`` on ``split`` of the
     runs under ``paths``; ``split`` None: the first of ``target``, ``clients``,
     ... that these runs have (runs with ``lodo.targets: none`` have only
-    ``clients``), said in the title."""
+    ``clients``), said in the title; ``units``: also write the rows there as a
+    units file (:mod:`fedpath.evaluation.units_file`)."""
     from fedpath.commands.compare import check_unique_runs
     from fedpath.evaluation.table_formats import to_csv, to_latex, to_markdown
     from fedpath.evaluation.tables import build_table
@@ -121,6 +134,12 @@ def print_table(
             (r for r in rows if r.method in methods),
             key=lambda r: methods.index(r.method),
         )
+    if units is not None:
+        from fedpath.evaluation.units_file import SUFFIX, units_text
+
+        if units.suffix.lower() != SUFFIX:
+            raise ConfigError(f"--units {units}: expected a {SUFFIX} file name")
+        atomic_write_text(units, units_text(rows, split, select))
     table = build_table(rows, metric=metric)
     text = {"markdown": to_markdown, "csv": to_csv, "latex": to_latex}[fmt](table)
     title = SPLIT_TITLES[split]

@@ -29,6 +29,7 @@ from fedpath.config import (
 from fedpath.data.base import DATASETS, DomainDataset
 from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.evaluation.tables import ResultRow
+from fedpath.evaluation.units_file import is_units_file, read_units, rows_for
 from fedpath.runtime.consortium import CONSORTIUM, validation_split
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.runtime.persistence import FINAL
@@ -90,16 +91,24 @@ def run_experiment(
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """Every finished run directory (holding ``final.json``) under ``paths``."""
+    """Every finished run directory (holding ``final.json``) under ``paths``
+    (a units file among them holds none: :func:`units_files`)."""
     found: list[Path] = []
     for p in paths:
         if not p.exists():
             raise ConfigError(f"results path {str(p)!r} does not exist")
+        if is_units_file(p):
+            continue
         if (p / FINAL).is_file():
             found.append(p)
         else:
             found.extend(sorted(f.parent for f in p.rglob(FINAL)))
     return found
+
+
+def units_files(paths: Iterable[Path]) -> list[Path]:
+    """The units files (:mod:`fedpath.evaluation.units_file`) among ``paths``."""
+    return [p for p in paths if p.exists() and is_units_file(p)]
 
 
 #: the splits of ``fedpath table --split``, in the order one is picked by default
@@ -136,6 +145,8 @@ def splits_of(paths: Sequence[Path]) -> list[str]:
     """The splits (:data:`SPLITS`, in that order) that at least one finished run
     under ``paths`` has metrics for: what ``fedpath table --split`` can show."""
     have: set[str] = set()
+    for units in units_files(paths):
+        have.update(split for split, _ in read_units(units))
     for run in find_runs(paths):
         ev = read_final(run)["evaluation"]  # checked: names a damaged file
         have.update(s for s in SPLITS if s != "clients" and _split_metrics(ev, s))
@@ -147,7 +158,9 @@ def splits_of(paths: Sequence[Path]) -> list[str]:
 def collect_rows(
     paths: Sequence[Path], split: str = "target", select: str = "last"
 ) -> list[ResultRow]:
-    """Final metrics of every finished run under ``paths`` as table rows.
+    """Final metrics of every finished run under ``paths`` as table rows, and
+    the units of any units file among them (a ``.csv`` path:
+    :mod:`fedpath.evaluation.units_file`).
 
     ``split``: ``target`` (the unseen domain), ``source_mean`` (mean accuracy over
     the sources' test splits), ``source_worst`` (the worst source domain) or
@@ -179,7 +192,7 @@ def collect_rows(
             f"{select} "
             f"metrics, got --split {split}"
         )
-    rows = []
+    rows = [r for f in units_files(paths) for r in rows_for(f, split, select, SPLITS)]
     metrics: Mapping[str, Any] | None
     runs = find_runs(paths)
     for run in runs:
@@ -204,6 +217,8 @@ def collect_rows(
             target = "consortium" if rec["target"] == CONSORTIUM else rec["target"]
             rows.append(ResultRow(rec["method"], target, int(rec["seed"]), metrics))
     where = ", ".join(map(str, paths))
+    if rows and not runs:  # units files only: each checked in rows_for
+        return rows
     if not runs:
         raise ConfigError(f"no finished runs (directories with {FINAL}) under {where}")
     if not rows:

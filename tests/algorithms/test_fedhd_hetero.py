@@ -35,7 +35,7 @@ from tests.mil_helpers import (
     tiny,
 )
 
-ADAPT = [*FEDHD, SPACES, "algorithm.params.spaces=adapt"]
+FEDHD_ADAPT = [*FEDHD, SPACES, "algorithm.params.spaces=adapt"]
 
 
 def _replies(dims: dict[str, tuple[str, int]]) -> dict[str, Payload]:
@@ -110,7 +110,7 @@ def test_weight_averaging_refuses_own_extractors() -> None:
 
 
 def test_payload_holds_only_synthetic_slides(tmp_path: Path) -> None:
-    run = inprocess_run(tiny(tmp_path, *ADAPT), tmp_path)
+    run = inprocess_run(tiny(tmp_path, *FEDHD_ADAPT), tmp_path)
     params = run.run_ctx.params
     assert isinstance(params, FedHDParams)
     task = run.task
@@ -157,7 +157,7 @@ def hetero(tmp_path_factory: pytest.TempPathFactory) -> tuple[ExperimentConfig, 
         [
             f"output_dir={tmp}",
             *TINY,
-            *ADAPT,
+            *FEDHD_ADAPT,
             "seeds=[0]",
             "algorithm.params.models={hospital_2: transmil}",
             "algorithm.params.model_params={transmil: {hidden: 16, landmarks: 4}}",
@@ -183,7 +183,7 @@ def test_two_spaces_of_different_dims_train_end_to_end(
 
 
 def test_adapters_are_trained_and_kept_apart_from_the_model(tmp_path: Path) -> None:
-    cfg = tiny(tmp_path, *ADAPT)
+    cfg = tiny(tmp_path, *FEDHD_ADAPT)
     run = inprocess_run(cfg, tmp_path)
     run.run()
     for cid, (_, d) in OWN.items():

@@ -6,9 +6,7 @@ edited header."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
-import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,11 +18,11 @@ from fedpath.config import ExperimentConfig, load_config
 from fedpath.data.base import DomainDataset, Split
 from fedpath.data.partition import lodo_plan
 from fedpath.data.synthetic_render import make_hospital_profiles, render_patches
-from fedpath.model_file import MAGIC
 from fedpath.runtime.experiment import load_dataset
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.types import Payload
 from tests.conftest import tiny_overrides
+from tests.model_file_helpers import seal_model_file, split_model_file
 
 CLASSES = ("normal", "tumour")
 
@@ -164,11 +162,7 @@ def spy_calls(run: InProcessRun) -> list[tuple[str, str, int, Payload, Payload]]
 def rewrite_header(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
     """A file written with an edited header (a valid checksum over it: as a
     writer, not a tamperer, would produce it)."""
-    blob = src.read_bytes()
-    n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
-    head = json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
+    head, payload = split_model_file(src.read_bytes())
     edit(head)
-    new = json.dumps(head).encode()
-    body = MAGIC + struct.pack("<Q", len(new)) + new + blob[8 + n + len(MAGIC) : -32]
-    dst.write_bytes(body + hashlib.sha256(body).digest())
+    dst.write_bytes(seal_model_file(json.dumps(head).encode(), payload))
     return dst

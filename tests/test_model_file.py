@@ -24,6 +24,7 @@ from fedpath.model_file import (
     read_container,
     write_container,
 )
+from tests.model_file_helpers import seal_model_file
 
 
 def _file(tmp_path: Path, header: dict[str, Any] | None = None) -> Path:
@@ -166,8 +167,7 @@ def test_a_bad_decision_rule_or_weights_name_the_file(tmp_path: Path) -> None:
 def _sealed(path: Path, head_bytes: bytes, payload: bytes) -> Path:
     """A format-2 file around ``head_bytes`` with valid checksums (as a writer,
     not a tamperer, would produce it)."""
-    body = MAGIC + struct.pack("<Q", len(head_bytes)) + head_bytes + payload
-    path.write_bytes(body + hashlib.sha256(body).digest())
+    path.write_bytes(seal_model_file(head_bytes, payload))
     return path
 
 

@@ -13,10 +13,8 @@ needs fewer says so in its own ``settings``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.model_file_helpers import seal_model_file, split_model_file
 from tests.property_helpers import JSON, REUSES_FOLDER, TEXT, _write, outcome
 
 #: YAML values that PyYAML reads as something other than they look
@@ -186,23 +185,6 @@ def _load(path: Path) -> Any:
     return got
 
 
-def _split(blob: bytes) -> tuple[dict[str, Any], bytes]:
-    from fedpath.model_file import MAGIC
-
-    n = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])[0]
-    return json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + n]), blob[
-        len(MAGIC) + 8 + n : -32
-    ]
-
-
-def _seal(head: bytes, payload: bytes) -> bytes:
-    """A file around ``head`` whose checksums hold (a writer's, not a tamperer's)."""
-    from fedpath.model_file import MAGIC
-
-    body = MAGIC + struct.pack("<Q", len(head)) + head + payload
-    return body + hashlib.sha256(body).digest()
-
-
 @REUSES_FOLDER
 @given(data=st.binary(max_size=300))
 def test_model_files_of_garbage_bytes(folder: Path, data: bytes) -> None:
@@ -252,16 +234,16 @@ def test_a_valid_model_file_truncated_or_with_a_byte_flipped(
 def test_a_valid_model_file_with_a_header_field_mutated(
     folder: Path, model_blob: bytes, key: str, value: Any, drop: bool
 ) -> None:
-    head, payload = _split(model_blob)
+    head, payload = split_model_file(model_blob)
     if drop:
         head.pop(key, None)
     else:
         head[key] = value
     text = json.dumps(head).encode()
-    _load(_write(folder / "h.fpm", _seal(text, payload)))
+    _load(_write(folder / "h.fpm", seal_model_file(text, payload)))
 
 
 @REUSES_FOLDER
 @given(head=JSON)
 def test_a_sealed_model_file_with_a_generated_header(folder: Path, head: Any) -> None:
-    _load(_write(folder / "j.fpm", _seal(json.dumps(head).encode(), b"")))
+    _load(_write(folder / "j.fpm", seal_model_file(json.dumps(head).encode(), b"")))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,9 @@ import torch
 from fedpath.artifact import LoadedModel, ModelMeta, read_model_file, save_model
 from fedpath.config import ConfigError, ModelConfig, load_config
 from fedpath.loading import load_model
-from fedpath.model_file import MAGIC
 from fedpath.models.backbones import FedModel, build_model
 from fedpath.models.pretrained import check_image_size, encoder_info, rebuild_params
+from tests.model_file_helpers import seal_model_file, split_model_file
 from tests.models.conftest import lite_packages, seeded
 
 #: every weight here comes from disk (tests/models/conftest.py)
@@ -258,16 +257,12 @@ def test_model_file_records_encoder_and_rebuilds_without_the_weights(
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(x), model(x))
     # a file written before these fields existed still reads, with the defaults
-    blob = path.read_bytes()
-    start = len(MAGIC) + 8
-    (n,) = struct.unpack("<Q", blob[len(MAGIC) : start])
-    header = json.loads(blob[start : start + n])
+    header, payload = split_model_file(path.read_bytes())
     for key in encoder_info(model):
         del header[key]
     header["format"] = 1  # older files: format 1, no whole-file checksum
-    head = json.dumps(header).encode()
     old = tmp_path / "old.fpm"
-    old.write_bytes(MAGIC + struct.pack("<Q", len(head)) + head + blob[start + n : -32])
+    old.write_bytes(seal_model_file(json.dumps(header).encode(), payload, False))
     assert read_model_file(old)[0].weights_sha256 == ""
     assert rebuild_params(build_model(ModelConfig(), 2), {"widths": [8]}) == {
         "widths": [8]

@@ -40,13 +40,20 @@ def _compare(paths: list[Path], capsys: pytest.CaptureFixture[str]) -> Any:
     return json.loads(capsys.readouterr().out)
 
 
+def _written(
+    root: Path, capsys: pytest.CaptureFixture[str], methods: tuple[str, ...]
+) -> tuple[Path, Path]:
+    """``methods``' runs under ``root`` and the units file written from them."""
+    runs, units = _runs(root / "runs", methods), root / f"{'-'.join(methods)}.csv"
+    assert main(["table", str(runs), "--units", str(units), *BA]) == 0
+    capsys.readouterr()
+    return runs, units
+
+
 def test_a_units_file_compares_as_the_runs_it_was_written_from(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    runs = _runs(tmp_path / "runs")
-    units = tmp_path / "units.csv"
-    assert main(["table", str(runs), "--units", str(units), *BA]) == 0
-    capsys.readouterr()
+    runs, units = _written(tmp_path, capsys, tuple(SCORES))
     lines = units.read_text().splitlines()
     assert tuple(lines[0].split(",")) == HEADER
     assert len(lines) == 1 + 8 * 2  # 8 units x 2 metrics
@@ -58,11 +65,8 @@ def test_rows_run_apart_meet_in_one_paired_comparison(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the baseline's units kept from an earlier day, the method's runs fresh
-    old = _runs(tmp_path / "old", ("fedavg",))
-    kept = tmp_path / "fedavg.csv"
-    assert main(["table", str(old), "--units", str(kept), *BA]) == 0
+    _, kept = _written(tmp_path / "old", capsys, ("fedavg",))
     new = _runs(tmp_path / "new", ("better",))
-    capsys.readouterr()
     (got,) = _compare([kept, new], capsys)
     units = sorted(SCORES["fedavg"])
     expected = [100 * (SCORES["better"][u] - SCORES["fedavg"][u]) for u in units]
@@ -73,10 +77,7 @@ def test_rows_run_apart_meet_in_one_paired_comparison(
 def test_a_units_file_beside_its_own_runs_is_named_as_a_duplicate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    runs = _runs(tmp_path / "runs")
-    units = tmp_path / "units.csv"
-    assert main(["table", str(runs), "--units", str(units), *BA]) == 0
-    capsys.readouterr()
+    runs, units = _written(tmp_path, capsys, tuple(SCORES))
     assert main(["compare", str(runs), str(units), "--baseline", "fedavg"]) == 2
     err = capsys.readouterr().err
     assert "two finished runs" in err and str(units) in err

@@ -72,6 +72,11 @@ def test_rows_run_apart_meet_in_one_paired_comparison(
     expected = [100 * (SCORES["better"][u] - SCORES["fedavg"][u]) for u in units]
     assert got["diffs"] == pytest.approx(expected)
     assert got["wins"] == 4
+    # the file grows by the new runs' units: read first, then rewritten whole
+    assert main(["table", str(kept), str(new), "--units", str(kept), *BA]) == 0
+    capsys.readouterr()
+    (merged,) = _compare([kept], capsys)
+    assert merged["diffs"] == got["diffs"]
 
 
 def test_a_units_file_beside_its_own_runs_is_named_as_a_duplicate(

@@ -40,13 +40,17 @@ def is_units_file(path: Path) -> bool:
 
 def units_text(rows: Iterable[ResultRow], split: str, select: str) -> str:
     """``rows`` (one ``split`` read with ``select``) as a units file's text,
-    sorted by method, target, seed and metric so a rewrite diffs cleanly."""
+    sorted by method, target, seed and metric so a rewrite diffs cleanly; the
+    numbers and undefined metrics of each unit (a block's other entries, a
+    confusion matrix or a label, are not metrics a table or a pair reads)."""
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(HEADER)
     for r in sorted(rows, key=lambda r: (r.method, r.target, r.seed)):
         for metric in sorted(r.metrics):
             value = r.metrics[metric]
+            if isinstance(value, bool) or not isinstance(value, int | float | None):
+                continue
             text = "" if value is None or math.isnan(value) else repr(float(value))
             out.writerow((r.method, r.target, r.seed, split, select, metric, text))
     return buf.getvalue()

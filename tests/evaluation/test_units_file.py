@@ -88,14 +88,17 @@ def test_a_units_file_beside_its_own_runs_is_named_as_a_duplicate(
     assert "two finished runs" in err and str(units) in err
 
 
-def test_an_undefined_metric_round_trips_as_empty(tmp_path: Path) -> None:
-    rows = [ResultRow("m", "h0", 3, {"auroc": math.nan, "accuracy": 0.25})]
+def test_undefined_metrics_round_trip_and_non_numbers_are_left_out(
+    tmp_path: Path,
+) -> None:
+    block: dict[str, Any] = {"auroc": math.nan, "accuracy": 0.25, "n": 12}
+    block |= {"confusion": [[1, 2], [3, 4]], "calibrated": True}  # not metrics
     path = tmp_path / "u.csv"
-    path.write_text(units_text(rows, "target", "last"))
+    path.write_text(units_text([ResultRow("m", "h0", 3, block)], "target", "last"))
     assert "m,h0,3,target,last,auroc,\n" in path.read_text()
     ((key, (row,)),) = read_units(path).items()
     assert key == ("target", "last")
-    assert row.metrics == {"accuracy": 0.25, "auroc": None}
+    assert row.metrics == {"accuracy": 0.25, "auroc": None, "n": 12.0}
     assert splits_of([path]) == ["target"]
 
 

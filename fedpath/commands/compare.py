@@ -133,6 +133,7 @@ def as_dict(c: Comparison) -> dict[str, object]:
         "losses": c.losses,
         "ties": c.ties,
         "verdict": c.verdict,
+        "mixed_environments": c.mixed,
     }
 
 

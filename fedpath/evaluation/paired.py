@@ -38,6 +38,7 @@ __all__ = [
     "bootstrap_ci",
     "compare",
     "compare_all",
+    "mixed_environments",
     "paired_differences",
     "sign_flip_p",
     "to_markdown",
@@ -71,6 +72,9 @@ class Comparison:
     ties: int
     verdict: str
     level: float = 0.95
+    #: pairs whose two runs recorded different environments (or only one did):
+    #: their difference also holds the environment's effect
+    mixed: int = 0
 
     @property
     def n(self) -> int:
@@ -88,6 +92,16 @@ class Comparison:
             f"units): {self.mean:+.2f} points [{lo:+.2f}, {hi:+.2f}], "
             f"p = {self.p_value:.3g} ({self.test}), wins {self.wins}-{self.losses}"
             f"{f' ({self.ties} ties)' if self.ties else ''}: {self.verdict}"
+            f"{self.mixed_note()}"
+        )
+
+    def mixed_note(self) -> str:
+        """``"; N of the M pairs join two environments"`` when some do."""
+        if not self.mixed:
+            return ""
+        return (
+            f"; {self.mixed} of the {self.n} pairs join runs from different "
+            "environments (software or arithmetic), which adds their effect"
         )
 
 
@@ -119,6 +133,22 @@ def paired_differences(
         )
     diffs = np.array([values[method][u] - values[baseline][u] for u in units])
     return units, diffs
+
+
+def mixed_environments(
+    rows: Iterable[ResultRow],
+    method: str,
+    baseline: str,
+    units: Sequence[tuple[str, int]],
+) -> int:
+    """How many of ``units`` pair a run of ``method`` and one of ``baseline``
+    whose recorded environments differ (one recorded and one not counts)."""
+    env: dict[tuple[str, str, int], str] = {
+        (r.method, r.target, r.seed): r.environment
+        for r in rows
+        if r.method in (method, baseline)
+    }
+    return sum(env[(method, *u)] != env[(baseline, *u)] for u in units)
 
 
 def bootstrap_ci(
@@ -220,6 +250,7 @@ def compare(
     the observed mean difference. For metrics in :data:`LOWER_IS_BETTER`
     (``ece``) a negative difference is "better".
     """
+    rows = list(rows)
     units, d = paired_differences(rows, method, baseline, metric, scale)
     ci = bootstrap_ci(d, n_boot=n_boot, seed=seed)
     p, test = _paired_test(d)
@@ -240,6 +271,7 @@ def compare(
         losses=int(behind.sum()),
         ties=int((d == 0).sum()),
         verdict=_verdict(d, ci, p, alpha, lower, effect),
+        mixed=mixed_environments(rows, method, baseline, units),
     )
 
 

@@ -48,12 +48,17 @@ class ResultRow:
         Metric values of the run, e.g. from
         :func:`fedpath.evaluation.metrics.classification_metrics`; ``nan`` (or
         ``None``, a JSON ``null`` of older probe results) marks an undefined one.
+    environment : str
+        The run's software and arithmetic in one line
+        (:func:`fedpath.runtime.environment.fingerprint`); empty when the run
+        recorded none.
     """
 
     method: str
     target: str
     seed: int
     metrics: Mapping[str, float | None]
+    environment: str = ""
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,15 +4,18 @@ A benchmark's verdict rests on paired units, and its run directories (models,
 checkpoints, logs) are large and machine-local. A units file keeps what a table
 or a paired comparison reads, one line per metric of one unit::
 
-    method,target,seed,split,select,metric,value
-    fedstain,MIDOG21_HamamatsuXR,0,target,last,balanced_accuracy,0.6641...
+    method,target,seed,split,select,metric,value,environment
+    fedstain,MIDOG21_HamamatsuXR,0,target,last,balanced_accuracy,0.6744...,torch ...
 
 ``fedpath table RUNS --units FILE`` writes it; ``fedpath table`` and
 ``fedpath compare`` read a ``.csv`` path among their paths in place of run
 directories, so rows run on different machines or days meet in one paired
 comparison, and a published table can be recomputed from the file it cites.
 Values are stored as the runs recorded them (fractions, full precision); an
-empty value is an undefined metric (``nan``).
+empty value is an undefined metric (``nan``). ``environment`` is the run's
+software and arithmetic in one line
+(:func:`fedpath.runtime.environment.fingerprint`; empty: not recorded), so a
+comparison can say which pairs join two environments.
 """
 
 from __future__ import annotations
@@ -28,7 +31,16 @@ from fedpath.evaluation.tables import ResultRow
 
 __all__ = ["HEADER", "SUFFIX", "is_units_file", "read_units", "units_text"]
 
-HEADER = ("method", "target", "seed", "split", "select", "metric", "value")
+HEADER = (
+    "method",
+    "target",
+    "seed",
+    "split",
+    "select",
+    "metric",
+    "value",
+    "environment",
+)
 #: a results path with this suffix is a units file, not a run directory
 SUFFIX = ".csv"
 
@@ -52,7 +64,8 @@ def units_text(rows: Iterable[ResultRow], split: str, select: str) -> str:
             if isinstance(value, bool) or not isinstance(value, int | float | None):
                 continue
             text = "" if value is None or math.isnan(value) else repr(float(value))
-            out.writerow((r.method, r.target, r.seed, split, select, metric, text))
+            line = (r.method, r.target, r.seed, split, select, metric, text)
+            out.writerow((*line, r.environment))
     return buf.getvalue()
 
 
@@ -71,6 +84,7 @@ def read_units(path: Path) -> dict[tuple[str, str], list[ResultRow]]:
         expected = ",".join(HEADER)
         raise DataError(f"{where}: the first line must be {expected}, got {got}")
     units: dict[tuple[str, str, str, int, str], dict[str, float | None]] = {}
+    envs: dict[tuple[str, str, str, int, str], str] = {}
     for number, line in enumerate(lines[1:], start=2):
         if not line:
             continue
@@ -79,7 +93,7 @@ def read_units(path: Path) -> dict[tuple[str, str], list[ResultRow]]:
                 f"{where}, line {number}: expected {len(HEADER)} fields "
                 f"({','.join(HEADER)}), got {len(line)}"
             )
-        method, target, seed, split, select, metric, value = line
+        method, target, seed, split, select, metric, value, env = line
         for field, given in (("method", method), ("target", target), ("split", split)):
             if not given:
                 raise DataError(f"{where}, line {number}: {field!r} is empty")
@@ -91,10 +105,17 @@ def read_units(path: Path) -> dict[tuple[str, str], list[ResultRow]]:
                 f"target {target!r}, seed {seed} is given twice"
             )
         metrics[metric] = _value(value, where, number)
+        if envs.setdefault(key, env) != env:
+            raise DataError(
+                f"{where}, line {number}: method {method!r}, target {target!r}, "
+                f"seed {seed} has another environment than on its earlier lines "
+                f"({env!r}, not {envs[key]!r}): one unit is one run"
+            )
     rows: dict[tuple[str, str], list[ResultRow]] = {}
-    for (split, select, method, number, target), metrics in units.items():
+    for key, metrics in units.items():
+        split, select, method, number, target = key
         rows.setdefault((split, select), []).append(
-            ResultRow(method, target, number, metrics)
+            ResultRow(method, target, number, metrics, envs[key])
         )
     return rows
 

@@ -31,6 +31,7 @@ from fedpath.data.partition import LodoFold, lodo_plan
 from fedpath.evaluation.tables import ResultRow
 from fedpath.evaluation.units_file import is_units_file, read_units, rows_for
 from fedpath.runtime.consortium import CONSORTIUM, validation_split
+from fedpath.runtime.environment import fingerprint
 from fedpath.runtime.inprocess import InProcessRun
 from fedpath.runtime.persistence import FINAL
 from fedpath.runtime.records import read_final
@@ -198,9 +199,12 @@ def collect_rows(
     for run in runs:
         rec = read_final(run)
         ev = rec.get("evaluation", {})
+        env = fingerprint(rec.get("environment"))
         if split == "clients":
             for cid, metrics in ev.get("clients", {}).items():
-                rows.append(ResultRow(rec["method"], cid, int(rec["seed"]), metrics))
+                rows.append(
+                    ResultRow(rec["method"], cid, int(rec["seed"]), metrics, env)
+                )
             continue
         if select != "last":
             if select not in ev:
@@ -215,7 +219,8 @@ def collect_rows(
             # a consortium run (lodo.targets: none) holds nothing out: its row
             # is the consortium's, scored on the hospitals' validation slides
             target = "consortium" if rec["target"] == CONSORTIUM else rec["target"]
-            rows.append(ResultRow(rec["method"], target, int(rec["seed"]), metrics))
+            row = ResultRow(rec["method"], target, int(rec["seed"]), metrics, env)
+            rows.append(row)
     where = ", ".join(map(str, paths))
     if rows and not runs:  # units files only: each checked in rows_for
         return rows

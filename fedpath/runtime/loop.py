@@ -35,6 +35,7 @@ from fedpath.data.partition import ClientData, LodoFold, make_clients
 from fedpath.runtime import persistence
 from fedpath.runtime.context import RunContext
 from fedpath.runtime.divergence import check_global, check_replies
+from fedpath.runtime.environment import environment
 from fedpath.runtime.evaluator import Evaluator
 from fedpath.runtime.export import export_clients, export_global
 from fedpath.runtime.persistence import Checkpoint, checkpoint_bytes, load_checkpoint
@@ -179,6 +180,7 @@ class Run:
                 **self.labels(),
                 "round": rounds,
                 "fedpath": __version__,
+                "environment": environment(),
                 "config_hash": self.config_hash,
                 "evaluation": self.evaluator.final(final, last, self.transport),
             }

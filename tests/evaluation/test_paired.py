@@ -175,3 +175,27 @@ def test_markdown_table_has_a_row_per_method_with_its_interval() -> None:
     assert lines[2].startswith("| a | -7.50 | [-10.00, -5.00] |")
     assert "| 2 | 0-2 |" in lines[2]
     assert to_markdown([]) == ""
+
+
+def test_pairs_across_two_environments_are_counted_and_said() -> None:
+    from fedpath.evaluation.paired import mixed_environments
+
+    rows = [
+        ResultRow("a", "h0", 0, {"m": 0.7}, "torch 2.14.1"),
+        ResultRow("b", "h0", 0, {"m": 0.6}, "torch 2.14.1"),
+        ResultRow("a", "h1", 0, {"m": 0.8}, "torch 2.14.1"),
+        ResultRow("b", "h1", 0, {"m": 0.6}, "torch 2.15.0"),
+        ResultRow("a", "h2", 0, {"m": 0.9}, ""),  # recorded none
+        ResultRow("b", "h2", 0, {"m": 0.6}, "torch 2.14.1"),
+        ResultRow("c", "h2", 0, {"m": 0.6}, "torch 2.15.0"),  # another method
+    ]
+    units = [("h0", 0), ("h1", 0), ("h2", 0)]
+    assert mixed_environments(rows, "a", "b", units) == 2
+    c = compare(rows, "a", "b", "m")
+    assert c.mixed == 2
+    assert c.line().endswith(
+        "; 2 of the 3 pairs join runs from different environments (software or "
+        "arithmetic), which adds their effect"
+    )
+    same = compare(rows[:2], "a", "b", "m")
+    assert same.mixed == 0 and "environments" not in same.line()

@@ -14,6 +14,7 @@ from fedpath.cli import main
 from fedpath.errors import DataError
 from fedpath.evaluation.tables import ResultRow
 from fedpath.evaluation.units_file import HEADER, read_units, units_text
+from fedpath.runtime.environment import fingerprint
 from fedpath.runtime.experiment import collect_rows, splits_of
 
 SCORES = {  # method -> (target, seed) -> balanced accuracy
@@ -23,13 +24,22 @@ SCORES = {  # method -> (target, seed) -> balanced accuracy
 BA = ["--metric", "balanced_accuracy"]
 
 
-def _runs(root: Path, methods: tuple[str, ...] = tuple(SCORES)) -> Path:
+def _env(numpy: str) -> dict[str, Any]:
+    """A recorded environment (fedpath.runtime.environment) with this numpy."""
+    packages = {"torch": "2.14.1", "numpy": numpy}
+    return {"packages": packages, "machine": "x86_64", "cpu_capability": "AVX2"}
+
+
+def _runs(
+    root: Path, methods: tuple[str, ...] = tuple(SCORES), numpy: str = "2.4.6"
+) -> Path:
     for method in methods:
         for (target, seed), value in SCORES[method].items():
             run = root / method / target / f"seed{seed}"
             run.mkdir(parents=True)
             ev = {"target": {"balanced_accuracy": value, "auroc": value + 0.05}}
             rec = {"method": method, "target": target, "seed": seed, "evaluation": ev}
+            rec["environment"] = _env(numpy)
             (run / "final.json").write_text(json.dumps(rec))
     return root
 
@@ -57,7 +67,8 @@ def test_a_units_file_compares_as_the_runs_it_was_written_from(
     lines = units.read_text().splitlines()
     assert tuple(lines[0].split(",")) == HEADER
     assert len(lines) == 1 + 8 * 2  # 8 units x 2 metrics
-    assert "better,h0,0,target,last,balanced_accuracy,0.7" in lines
+    env = fingerprint(_env("2.4.6"))
+    assert f"better,h0,0,target,last,balanced_accuracy,0.7,{env}" in lines
     assert _compare([units], capsys) == _compare([runs], capsys)
 
 
@@ -66,17 +77,22 @@ def test_rows_run_apart_meet_in_one_paired_comparison(
 ) -> None:
     # the baseline's units kept from an earlier day, the method's runs fresh
     _, kept = _written(tmp_path / "old", capsys, ("fedavg",))
-    new = _runs(tmp_path / "new", ("better",))
+    new = _runs(tmp_path / "new", ("better",), numpy="2.5.0")  # installed afresh
     (got,) = _compare([kept, new], capsys)
     units = sorted(SCORES["fedavg"])
     expected = [100 * (SCORES["better"][u] - SCORES["fedavg"][u]) for u in units]
     assert got["diffs"] == pytest.approx(expected)
     assert got["wins"] == 4
+    assert got["mixed_environments"] == 4  # every pair joins two environments
+    argv = ["compare", str(kept), str(new), "--baseline", "fedavg"]
+    assert main(argv) == 0
+    assert "4 of the 4 pairs join runs from different" in capsys.readouterr().out
     # the file grows by the new runs' units: read first, then rewritten whole
     assert main(["table", str(kept), str(new), "--units", str(kept), *BA]) == 0
     capsys.readouterr()
     (merged,) = _compare([kept], capsys)
     assert merged["diffs"] == got["diffs"]
+    assert merged["mixed_environments"] == 4  # the file kept each run's
 
 
 def test_a_units_file_beside_its_own_runs_is_named_as_a_duplicate(
@@ -95,7 +111,7 @@ def test_undefined_metrics_round_trip_and_non_numbers_are_left_out(
     block |= {"confusion": [[1, 2], [3, 4]], "calibrated": True}  # not metrics
     path = tmp_path / "u.csv"
     path.write_text(units_text([ResultRow("m", "h0", 3, block)], "target", "last"))
-    assert "m,h0,3,target,last,auroc,\n" in path.read_text()
+    assert "m,h0,3,target,last,auroc,,\n" in path.read_text()  # no environment
     ((key, (row,)),) = read_units(path).items()
     assert key == ("target", "last")
     assert row.metrics == {"accuracy": 0.25, "auroc": None, "n": 12.0}
@@ -105,7 +121,7 @@ def test_undefined_metrics_round_trip_and_non_numbers_are_left_out(
 def test_the_split_and_selection_asked_for_are_the_ones_read(tmp_path: Path) -> None:
     path = tmp_path / "u.csv"
     text = units_text([ResultRow("m", "h0", 0, {"accuracy": 0.5})], "target", "last")
-    text += "m,h0,0,target,selected,accuracy,0.75\n"
+    text += "m,h0,0,target,selected,accuracy,0.75,\n"
     path.write_text(text)
     (row,) = collect_rows([path], "target", "selected")
     assert row.metrics == {"accuracy": 0.75}
@@ -118,13 +134,17 @@ def test_the_split_and_selection_asked_for_are_the_ones_read(tmp_path: Path) -> 
     [
         ("", "the first line must be method,target,seed"),
         ("method,target,seed\n", "the first line must be method,target,seed"),
-        ("m,h0,x,target,last,accuracy,0.5\n", "line 2: 'seed' must be an integer"),
-        ("m,h0,0,target,last,accuracy,high\n", "line 2: 'value' must be a number"),
-        ("m,h0,0,target,last,accuracy\n", "line 2: expected 7 fields"),
-        (",h0,0,target,last,accuracy,0.5\n", "line 2: 'method' is empty"),
-        ("m,h0,0,somewhere,last,accuracy,0.5\n", "split 'somewhere' is not one of"),
         (
-            "m,h0,0,target,last,accuracy,0.5\nm,h0,0,target,last,accuracy,0.6\n",
+            "m,h0,0,target,last,accuracy,0.5,a\nm,h0,0,target,last,auroc,0.5,b\n",
+            "line 3: method 'm', target 'h0', seed 0 has another environment",
+        ),
+        ("m,h0,x,target,last,accuracy,0.5,\n", "line 2: 'seed' must be an integer"),
+        ("m,h0,0,target,last,accuracy,high,\n", "line 2: 'value' must be a number"),
+        ("m,h0,0,target,last,accuracy\n", "line 2: expected 8 fields"),
+        (",h0,0,target,last,accuracy,0.5,\n", "line 2: 'method' is empty"),
+        ("m,h0,0,somewhere,last,accuracy,0.5,\n", "split 'somewhere' is not one of"),
+        (
+            "m,h0,0,target,last,accuracy,0.5,\nm,h0,0,target,last,accuracy,0.6,\n",
             "line 3: metric 'accuracy' of method 'm', target 'h0', seed 0 is given",
         ),
     ],

@@ -29,7 +29,7 @@ from pathlib import Path
 from fedpath.errors import DataError
 from fedpath.evaluation.tables import ResultRow
 
-__all__ = ["HEADER", "SUFFIX", "is_units_file", "read_units", "units_text"]
+__all__ = ["HEADER", "SUFFIX", "is_units_file", "read_units", "rows_for", "units_text"]
 
 HEADER = (
     "method",

@@ -4,9 +4,9 @@ arithmetic.
 A run is bit-reproducible from its config and seed in one environment. The
 same commit and config in another one may not be: on AMi-Br, FedAvg's Hamamatsu
 XR seed-0 run gave 64.45 balanced accuracy in one session and 63.77 in the next
-(different machines, packages installed afresh; PyTorch's AVX2 and AVX-512 CPU
-kernels gave identical numbers, so the cause was elsewhere, and the earlier run
-had recorded nothing to trace it by). ``final.json`` therefore records
+(a new checkout, its packages installed afresh; PyTorch's AVX2 and AVX-512
+CPU kernels gave identical numbers, so the cause was elsewhere, and the earlier
+run had recorded nothing to trace it by). ``final.json`` therefore records
 :func:`environment`, the units files carry its :func:`fingerprint`, and
 ``fedpath compare`` says how many pairs join two environments.
 """

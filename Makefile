@@ -7,6 +7,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedpath-installed
 TORCH_INDEX ?=
+# a pip constraints file pinning every package (benchmarks/constraints.txt: the set
+# the published units were measured with); empty: the newest that fit
+CONSTRAINTS ?=
 
 .PHONY: install demo test lint typecheck unit browser docs bench clean
 
@@ -17,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, by exact version: pip takes the wheels already on this machine
 	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "torch==2.14.1" "torchvision==0.29.1"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
 	touch $(STAMP)
 
 demo: install

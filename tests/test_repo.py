@@ -118,3 +118,17 @@ def test_docs_build_without_warnings(tmp_path: Path) -> None:
     warnings = [ln for ln in res.stderr.splitlines() if "WARNING" in ln]
     assert res.returncode == 0 and not warnings, res.stderr[-4000:]
     assert (tmp_path / "site" / "api" / "index.html").is_file()
+
+
+def test_the_benchmark_constraints_pin_every_package_and_the_makefile_s_torch() -> None:
+    lines = (ROOT / "benchmarks" / "constraints.txt").read_text().splitlines()
+    pins = dict(
+        line.split("==", 1) for line in lines if line and not line.startswith("#")
+    )
+    assert all(pins.values()) and len(pins) == sum(
+        1 for line in lines if line and not line.startswith("#")
+    )
+    assert "fedpath" not in pins  # fedpath itself is the checkout, not a pin
+    make = (ROOT / "Makefile").read_text()
+    for name in ("torch", "torchvision"):
+        assert f'"{name}=={pins[name]}"' in make, name

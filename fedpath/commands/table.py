@@ -135,9 +135,9 @@ def print_table(
             key=lambda r: methods.index(r.method),
         )
     if units is not None:
-        from fedpath.evaluation.units_file import SUFFIX, units_text
+        from fedpath.evaluation.units_file import SUFFIX, is_units_file, units_text
 
-        if units.suffix.lower() != SUFFIX:
+        if not is_units_file(units):  # the rule table and compare read it back by
             raise ConfigError(f"--units {units}: expected a {SUFFIX} file name")
         atomic_write_text(units, units_text(rows, split, select))
     table = build_table(rows, metric=metric)

@@ -67,10 +67,12 @@ def split_overrides(args: argparse.Namespace, options: Sequence[str]) -> None:
 
 
 def mean_std(values: Sequence[float], digits: int = 2) -> str:
-    """A table cell: mean ± sample std (ddof 1, as fedpath's tables; 0 for one
-    value)."""
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return f"{np.mean(values):.{digits}f} ± {std:.{digits}f}"
+    """A table cell: mean ± sample std (ddof 1), or the value alone for one
+    value, as fedpath's tables write it."""
+    cell = f"{np.mean(values):.{digits}f}"
+    if len(values) > 1:
+        cell += f" ± {float(np.std(values, ddof=1)):.{digits}f}"
+    return cell
 
 
 def setup_threads() -> int:

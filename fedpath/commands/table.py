@@ -149,9 +149,10 @@ def print_table(
         title += ", weights averaged over the last rounds"
     shown = console(False)  # the table is the output asked for, even when quiet
     if fmt == "markdown":
-        shown.print(
-            f"\n{metric} (%) on the {title}, mean ± std over seeds\n", highlight=False
-        )
+        spread = "mean ± std over seeds"
+        if (table.n_seeds == 1).any():
+            spread += " (one seed: its value alone)"
+        shown.print(f"\n{metric} (%) on the {title}, {spread}\n", highlight=False)
     shown.print(text, highlight=False, markup=False)
     if baseline is not None:
         from fedpath.commands.compare import comparisons, render

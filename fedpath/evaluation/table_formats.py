@@ -1,8 +1,10 @@
 """A :class:`~fedpath.evaluation.tables.ResultTable` as text: GitHub Markdown,
 long-format CSV, or a ``booktabs`` LaTeX tabular.
 
-Cells read ``mean ± std``; the best entry of each column (the highest displayed
-mean, the lowest for :data:`~fedpath.evaluation.tables.LOWER_IS_BETTER`) is bold.
+Cells read ``mean ± std`` over seeds, or the value alone where one seed made the
+cell (there is no spread to show, and ``± 0.00`` would claim one); the best entry
+of each column (the highest displayed mean, the lowest for
+:data:`~fedpath.evaluation.tables.LOWER_IS_BETTER`) is bold.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def _body(
     bold: Callable[[str], str],
     missing: str,
 ) -> list[list[str]]:
-    """Per method, its ``name``d label and every column's ``mean pm std`` text,
-    through ``bold`` for the best of a column, or ``missing`` for no data."""
+    """Per method, its ``name``d label and every column's ``mean pm std`` text
+    (the mean alone for one seed), through ``bold`` for the best of a column, or
+    ``missing`` for no data."""
     best = best_rows(table, decimals) if bold_best else None
     rows = []
     for i, method in enumerate(table.methods):
@@ -62,7 +65,9 @@ def _body(
             if np.isnan(m):
                 cells.append(missing)
                 continue
-            text = f"{_fmt(m, decimals)}{pm}{_fmt(s, decimals)}"
+            text = _fmt(m, decimals)
+            if table.n_seeds[i, j] > 1:
+                text += f"{pm}{_fmt(s, decimals)}"
             cells.append(bold(text) if best is not None and i in best[j] else text)
         rows.append(cells)
     return rows
@@ -85,7 +90,8 @@ def to_markdown(table: ResultTable, decimals: int = 2, bold_best: bool = True) -
     -------
     str
         ``| Method | T1 | ... | Avg |`` header, alignment row and one line per
-        method; cells read ``95.25 ± 1.20`` and missing cells ``–``.
+        method; cells read ``95.25 ± 1.20`` (``95.25`` for one seed) and missing
+        cells ``–``.
     """
     _check_decimals(decimals)
 
@@ -165,7 +171,7 @@ def to_latex(
     -------
     str
         LaTeX source requiring ``\\usepackage{booktabs}``; cells read
-        ``95.25 $\\pm$ 1.20`` and missing cells ``--``.
+        ``95.25 $\\pm$ 1.20`` (``95.25`` for one seed) and missing cells ``--``.
     """
     _check_decimals(decimals)
     header = " & ".join(["Method", *map(latex_escape, table.columns)])

@@ -55,8 +55,9 @@ def img(png: bytes, alt: str) -> str:
 def result_table(
     table: ResultTable, decimals: int = 2, worst: bool = True, key: str | None = None
 ) -> str:
-    """``table`` as HTML: mean ± std per cell, the best of each column marked
-    (class ``best``), a ``Worst`` column (the lowest per-domain mean) if asked.
+    """``table`` as HTML: mean ± std per cell (the mean alone for one seed), the
+    best of each column marked (class ``best``), a ``Worst`` column (the lowest
+    per-domain mean) if asked.
 
     Each value cell carries ``data-mean`` (the unrounded mean) so a test can
     compare the page with ``final.json``; the table's ``data-metric`` is ``key``
@@ -76,10 +77,12 @@ def result_table(
                 cells.append('<td class="num">–</td>')
                 continue
             cls = "num best" if i in best[j] else "num"
+            text = f"{m:.{decimals}f}"
+            if table.n_seeds[i, j] > 1:  # one seed: no spread to show
+                text += f" ± {s:.{decimals}f}"
             cells.append(
                 f'<td class="{cls}" data-method="{esc(method)}" '
-                f'data-column="{esc(cols[j])}" data-mean="{float(m)!r}">'
-                f"{m:.{decimals}f} ± {s:.{decimals}f}</td>"
+                f'data-column="{esc(cols[j])}" data-mean="{float(m)!r}">{text}</td>'
             )
         if worst:
             per = table.mean[i, :-1]

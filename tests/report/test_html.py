@@ -52,3 +52,14 @@ def test_a_page_is_self_contained() -> None:
     assert html.startswith("<!DOCTYPE html>") and "<title>t&lt;1&gt;</title>" in html
     assert 'src="data:image/png;base64,cG5nLWJ5dGVz"' in html
     assert "<script" not in html and "http" not in html
+
+
+def test_a_cell_shows_a_spread_only_when_seeds_made_one() -> None:
+    rows = [
+        ResultRow("two", "t", 0, {"x": 0.8}),
+        ResultRow("two", "t", 1, {"x": 0.9}),
+        ResultRow("one", "t", 0, {"x": 0.7}),
+    ]
+    html = result_table(build_table(rows, "x", scale=100.0), worst=False)
+    texts = re.findall(r'data-column="t" data-mean="[^"]+">([^<]+)</td>', html)
+    assert texts == ["85.00 ± 7.07", "70.00"]  # sample std of 80 and 90; one seed

@@ -68,11 +68,11 @@ def split_overrides(args: argparse.Namespace, options: Sequence[str]) -> None:
 
 def mean_std(values: Sequence[float], digits: int = 2) -> str:
     """A table cell: mean ± sample std (ddof 1), or the value alone for one
-    value, as fedpath's tables write it."""
-    cell = f"{np.mean(values):.{digits}f}"
-    if len(values) > 1:
-        cell += f" ± {float(np.std(values, ddof=1)):.{digits}f}"
-    return cell
+    value (:func:`fedpath.evaluation.table_formats.cell_text`)."""
+    from fedpath.evaluation.table_formats import cell_text
+
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return cell_text(float(np.mean(values)), std, len(values), digits)
 
 
 def setup_threads() -> int:

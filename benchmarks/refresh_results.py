@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import re
 import shlex
 import sys
@@ -44,13 +43,8 @@ def printed(command: str, root: Path = ROOT) -> str:
     from fedpath.cli import main
 
     out = io.StringIO()
-    here = Path.cwd()
-    os.chdir(root)
-    try:
-        with contextlib.redirect_stdout(out):
-            code = main(shlex.split(command)[1:])
-    finally:
-        os.chdir(here)
+    with contextlib.chdir(root), contextlib.redirect_stdout(out):
+        code = main(shlex.split(command)[1:])
     if code != 0:
         raise SystemExit(f"{command!r} exited {code}")
     return out.getvalue().strip() + "\n"
@@ -78,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         what = "`$ fedpath table|compare docs/results/` block"
         raise SystemExit(f"{args.page}: no {what}")
     new = refreshed(old)
+    stale = new != old
     if args.check:
-        stale = new != old
         print(f"{args.page}: {blocks} blocks, {'stale' if stale else 'up to date'}")
         return int(stale)
-    if new != old:
+    if stale:
         args.page.write_text(new, encoding="utf-8")
-    print(f"{args.page}: {blocks} blocks, {'rewritten' if new != old else 'unchanged'}")
+    print(f"{args.page}: {blocks} blocks, {'rewritten' if stale else 'unchanged'}")
     return 0
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedpath.evaluation.tables import ResultTable, best_rows
 
-__all__ = ["latex_escape", "to_csv", "to_latex", "to_markdown"]
+__all__ = ["cell_text", "latex_escape", "to_csv", "to_latex", "to_markdown"]
 
 _MISSING_MD = "–"
 _MISSING_TEX = "--"
@@ -44,6 +44,18 @@ def _fmt(x: float, decimals: int) -> str:
     return f"{x:.{decimals}f}"
 
 
+def cell_text(
+    mean: float, std: float, n_seeds: int, decimals: int = 2, pm: str = " ± "
+) -> str:
+    """One cell: ``mean pm std``, or the mean alone when one seed made it (there
+    is no spread to show). The rule of every results table fedpath writes: these
+    formats, the report's HTML and the benchmarks' tables."""
+    text = _fmt(mean, decimals)
+    if n_seeds > 1:
+        text += f"{pm}{_fmt(std, decimals)}"
+    return text
+
+
 def _body(
     table: ResultTable,
     decimals: int,
@@ -65,9 +77,7 @@ def _body(
             if np.isnan(m):
                 cells.append(missing)
                 continue
-            text = _fmt(m, decimals)
-            if table.n_seeds[i, j] > 1:
-                text += f"{pm}{_fmt(s, decimals)}"
+            text = cell_text(m, s, table.n_seeds[i, j], decimals, pm)
             cells.append(bold(text) if best is not None and i in best[j] else text)
         rows.append(cells)
     return rows

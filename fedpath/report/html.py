@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpath.evaluation.table_formats import cell_text
 from fedpath.evaluation.tables import LOWER_IS_BETTER, ResultTable, best_rows
 
 CSS = """
@@ -77,9 +78,7 @@ def result_table(
                 cells.append('<td class="num">–</td>')
                 continue
             cls = "num best" if i in best[j] else "num"
-            text = f"{m:.{decimals}f}"
-            if table.n_seeds[i, j] > 1:  # one seed: no spread to show
-                text += f" ± {s:.{decimals}f}"
+            text = cell_text(m, s, table.n_seeds[i, j], decimals)
             cells.append(
                 f'<td class="{cls}" data-method="{esc(method)}" '
                 f'data-column="{esc(cols[j])}" data-mean="{float(m)!r}">{text}</td>'

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import re
 import tempfile
+import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,7 @@ FLOWER_SERIES = "1.42."
 #: what Flower's check reads so that it goes on to ``_verify_fab`` (see module doc)
 _LICENSE_KEY = "valid_license"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_PATHSPEC_DEPRECATION = r"GitWildMatchPattern"
 _HEADER = (
     "# Apps this fedpath node runs: SHA-256 of the Flower app (FAB) -> note.\n"
     "# Add one with `fedpath flower approve`; remove a line to withdraw it.\n"
@@ -61,17 +63,26 @@ def fab_digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
-def app_dir_digest(folder: Path) -> str:
-    """The digest of the FAB ``flwr run`` builds from the app folder ``folder``."""
+def build_app(folder: Path) -> bytes:
+    """The FAB's bytes ``flwr run`` builds from the app folder ``folder``."""
     from flwr.cli.build import build_fab_from_disk
 
+    with warnings.catch_warnings():
+        # Flower 1.42 asks pathspec >= 1 for its deprecated 'gitwildmatch'
+        # patterns: one DeprecationWarning per pattern per build, not the node's
+        warnings.filterwarnings("ignore", _PATHSPEC_DEPRECATION, DeprecationWarning)
+        return build_fab_from_disk(folder)
+
+
+def app_dir_digest(folder: Path) -> str:
+    """The digest of the FAB ``flwr run`` builds from the app folder ``folder``."""
     if not (folder / "pyproject.toml").is_file():
         raise ConfigError(
             f"--app-dir {str(folder)!r}: no pyproject.toml there; expected a Flower "
             "app folder (as `fedpath flower app DIR` writes)"
         )
     try:
-        return fab_digest(build_fab_from_disk(folder))
+        return fab_digest(build_app(folder))
     except ValueError as err:  # Flower's own reason: invalid app config, size...
         raise ConfigError(f"--app-dir {str(folder)!r}: {err}") from None
 

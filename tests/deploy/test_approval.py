@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 def fab_of(folder: Path) -> bytes:
     from flwr.cli.build import build_fab_from_disk
 
-    return build_fab_from_disk(folder)
+    with warnings.catch_warnings():  # Flower's own build, not fedpath's call
+        warnings.filterwarnings("ignore", "GitWildMatchPattern", DeprecationWarning)
+        return build_fab_from_disk(folder)
 
 
 def test_the_shipped_apps_digest_is_flowers_fab_hash(tmp_path: Path) -> None:
@@ -40,6 +43,17 @@ def test_the_shipped_apps_digest_is_flowers_fab_hash(tmp_path: Path) -> None:
     assert approval.shipped_app_digest() == hashlib.sha256(built).hexdigest()
     assert approval.shipped_app_digest() == approval.shipped_app_digest()
     assert approval.app_dir_digest(REPO / "flower_app") == approval.fab_digest(built)
+
+
+def test_building_the_app_passes_on_no_dependency_deprecation(tmp_path: Path) -> None:
+    """Flower 1.42 builds with pathspec's deprecated 'gitwildmatch' patterns; the
+    node's build gives the same bytes and shows its operator none of those."""
+    folder = flwr_cli.write_app(tmp_path / "app")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        built = approval.build_app(folder)
+    assert built == fab_of(folder)
+    assert [str(w.message) for w in seen] == []
 
 
 def test_approve_writes_the_list_the_node_reads(

@@ -226,7 +226,8 @@ def _verdict(
             )
         bound = abs(max(-lo, hi))  # abs: no "-0.00" when every unit ties
         return f"{head}, so any difference is within {bound:.2f} points of 0"
-    tail = f"; about {more} more units would resolve a difference of {target:.2f}"
+    units = "unit" if more == 1 else "units"
+    tail = f"; about {more} more {units} would resolve a difference of {target:.2f}"
     if not effect and observed < MIN_EFFECT:
         tail += f" (the observed {observed:.2f} is smaller)"
     return head + tail

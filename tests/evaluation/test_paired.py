@@ -107,6 +107,16 @@ def test_noisy_difference_is_not_separated_and_says_how_many_more() -> None:
     assert "points [" in c.line() and "sign-flip permutation" in c.line()
 
 
+def test_one_more_unit_is_said_in_the_singular() -> None:
+    # 12 units whose spread (sd 1.80 points) a 13th would bring to +-1 point
+    step = 0.018 / math.sqrt(12 / 11)
+    base = {(f"h{u % 4}", u // 4): 0.60 for u in range(12)}
+    meth = {k: 0.60 + 0.0005 + (step if u % 2 else -step) for u, k in enumerate(base)}
+    c = compare(_rows("m", meth) + _rows("b", base), "m", "b", "acc")
+    assert units_for_half_width(float(np.std(c.diffs, ddof=1)), MIN_EFFECT) == 13
+    assert "; about 1 more unit would resolve a difference of 1.00" in c.verdict
+
+
 def test_a_difference_inside_a_narrow_interval_says_it_is_small() -> None:
     # 20 units agreeing within a fraction of a point: 1 point is already resolved
     base = {(f"h{i}", 0): 0.60 + 0.01 * i for i in range(20)}

@@ -8,7 +8,10 @@ client: local training), so the budget, recipe and scoring are the table's own.
 Runs are resumable (``fedpath run --resume``: a finished run is handed back, a
 changed config refused). ``--against DIR`` pairs a method's runs (any folder
 ``fedpath compare`` reads) with the row over the same units: DIR minus
-local-only, with a bootstrap interval and a paired test.
+local-only, with a bootstrap interval and a paired test. ``--units FILE`` keeps
+the row's units in a units file (``fedpath table --units``): the file's other
+units stay, its ``local`` units are replaced, so ``fedpath table`` and
+``fedpath compare`` read the row beside the others.
 
     python benchmarks/bench_local_only.py configs/claims/fedstain_synthetic.yaml \\
         --variant fedavg --out runs/claims/synthetic_local --jobs 2 \\
@@ -35,10 +38,12 @@ from _common import mean_std, run_wall, split_overrides
 
 from fedpath.config import ConfigError, ExperimentConfig, load_config
 from fedpath.data.partition import lodo_plan
-from fedpath.errors import ResumeError
+from fedpath.errors import DataError, ResumeError
 from fedpath.evaluation.paired import compare
 from fedpath.evaluation.tables import ResultRow
+from fedpath.evaluation.units_file import is_units_file, rows_for, units_text
 from fedpath.runtime.experiment import (
+    SPLITS,
     collect_rows,
     find_runs,
     load_dataset,
@@ -46,6 +51,7 @@ from fedpath.runtime.experiment import (
 )
 from fedpath.runtime.persistence import finished_record
 from fedpath.runtime.suite import load_suite
+from fedpath.utils.io import atomic_write_text
 from fedpath.utils.yaml_io import read_yaml_mapping
 
 #: the row's label in tables and comparisons
@@ -144,8 +150,24 @@ def local_rows(
             vals = [r.metrics.get(m) for r in rs]
             if all(v is not None for v in vals):
                 mean[m] = float(np.mean(vals))
-        out.append(ResultRow(LOCAL, target, seed, mean))
+        # one environment when the hospitals' runs share it, else each of them
+        env = " | ".join(sorted({r.environment for r in rs}))
+        out.append(ResultRow(LOCAL, target, seed, mean, env))
     return out, alone
+
+
+def write_units(path: Path, rows: list[ResultRow], select: str) -> int:
+    """The row's units into the units file ``path`` beside its other units
+    (its earlier ``local`` units replaced); the number of units it holds."""
+    if not is_units_file(path):
+        raise SystemExit(f"--units {path}: expected a .csv file name")
+    try:
+        kept = [] if not path.exists() else rows_for(path, "target", select, SPLITS)
+    except DataError as e:
+        raise SystemExit(f"--units: {e}") from None
+    merged = [r for r in kept if r.method != LOCAL] + rows
+    atomic_write_text(path, units_text(merged, "target", select))
+    return len(merged)
 
 
 def main() -> None:
@@ -159,6 +181,7 @@ def main() -> None:
         "--select", choices=("last", "selected", "averaged"), default="last"
     )
     ap.add_argument("--against", nargs="+", default=[], help="method run folders")
+    ap.add_argument("--units", type=Path, default=None, help="keep the row's units")
     ap.add_argument("overrides", nargs="*", help="extra key=value for every run")
     args = ap.parse_intermixed_args()
     split_overrides(args, ("metrics", "against"))
@@ -173,6 +196,9 @@ def main() -> None:
         raise SystemExit(str(e)) from None
     print(f"{len(cells)} local runs ready in {time.perf_counter() - t0:.0f} s\n")
     rows, alone = local_rows(cfg, args.metrics, args.select)
+    if args.units is not None:
+        held = write_units(args.units, rows, args.select)
+        print(f"{len(rows)} local units written to {args.units} ({held} in all)\n")
     targets = list(dict.fromkeys(t for t, _, _ in cells))
     for m in args.metrics:
         print(f"{m} (%) at the held-out domain, local-only, mean ± std over seeds\n")

@@ -13,8 +13,10 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from fedpath.cli import main
 from fedpath.config import load_config
-from fedpath.runtime.experiment import run_experiment
+from fedpath.evaluation.units_file import rows_for
+from fedpath.runtime.experiment import SPLITS, run_experiment
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +110,18 @@ def test_the_row_is_the_mean_of_each_hospital_alone_paired_with_a_method(
     assert stamp == {
         k: (r / "seed0" / "final.json").stat().st_mtime for k, r in runs.items()
     }
+    # --units keeps the row beside a units file's others, read back by compare
+    units = tmp_path / "units.csv"
+    assert main(["table", str(tmp_path / "fed"), "--units", str(units)]) == 0
+    for _ in range(2):  # a second write replaces the local units, keeps the rest
+        kept = bench_out(bench, monkeypatch, capsys, *args, "--units", str(units))
+        assert f"2 local units written to {units} (4 in all)" in kept
+    held = rows_for(units, "target", "last", SPLITS)
+    assert sorted(r.method for r in held) == [*["fedavg"] * 2, *[bench.LOCAL] * 2]
+    assert main(["compare", str(units), "--baseline", bench.LOCAL]) == 0
+    assert f"2 paired units): {diff:+.2f} points" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--units .*expected a .csv file name"):
+        bench_out(bench, monkeypatch, capsys, *args, "--units", str(tmp_path))
     # and refuses them for a changed config, naming the key
     with pytest.raises(SystemExit, match="train.lr"):
         bench_out(bench, monkeypatch, capsys, *args, "train.lr=0.5")

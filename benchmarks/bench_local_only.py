@@ -41,7 +41,7 @@ from fedpath.data.partition import lodo_plan
 from fedpath.errors import DataError, ResumeError
 from fedpath.evaluation.paired import compare
 from fedpath.evaluation.tables import ResultRow
-from fedpath.evaluation.units_file import is_units_file, rows_for, units_text
+from fedpath.evaluation.units_file import is_units_file, rows_for, write_units
 from fedpath.runtime.experiment import (
     SPLITS,
     collect_rows,
@@ -51,7 +51,6 @@ from fedpath.runtime.experiment import (
 )
 from fedpath.runtime.persistence import finished_record
 from fedpath.runtime.suite import load_suite
-from fedpath.utils.io import atomic_write_text
 from fedpath.utils.yaml_io import read_yaml_mapping
 
 #: the row's label in tables and comparisons
@@ -156,17 +155,19 @@ def local_rows(
     return out, alone
 
 
-def write_units(path: Path, rows: list[ResultRow], select: str) -> int:
+def keep_units(path: Path, rows: list[ResultRow], select: str) -> int:
     """The row's units into the units file ``path`` beside its other units
     (its earlier ``local`` units replaced); the number of units it holds."""
-    if not is_units_file(path):
-        raise SystemExit(f"--units {path}: expected a .csv file name")
     try:
-        kept = [] if not path.exists() else rows_for(path, "target", select, SPLITS)
-    except DataError as e:
+        kept = []
+        if is_units_file(path) and path.exists():
+            kept = rows_for(path, "target", select, SPLITS)
+        merged = [r for r in kept if r.method != LOCAL] + rows
+        write_units(path, merged, "target", select)
+    except ConfigError as e:  # not a .csv name
+        raise SystemExit(str(e)) from None
+    except DataError as e:  # the file is there but not a units file of select
         raise SystemExit(f"--units: {e}") from None
-    merged = [r for r in kept if r.method != LOCAL] + rows
-    atomic_write_text(path, units_text(merged, "target", select))
     return len(merged)
 
 
@@ -197,7 +198,7 @@ def main() -> None:
     print(f"{len(cells)} local runs ready in {time.perf_counter() - t0:.0f} s\n")
     rows, alone = local_rows(cfg, args.metrics, args.select)
     if args.units is not None:
-        held = write_units(args.units, rows, args.select)
+        held = keep_units(args.units, rows, args.select)
         print(f"{len(rows)} local units written to {args.units} ({held} in all)\n")
     targets = list(dict.fromkeys(t for t, _, _ in cells))
     for m in args.metrics:

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedpath.commands.common import add_common, console, no_such_metric
-from fedpath.config import ConfigError
 from fedpath.utils.cli_args import SubParsers, is_quiet
 
 #: The title of each ``--split``.
@@ -135,11 +134,9 @@ def print_table(
             key=lambda r: methods.index(r.method),
         )
     if units is not None:
-        from fedpath.evaluation.units_file import SUFFIX, is_units_file, units_text
+        from fedpath.evaluation.units_file import write_units
 
-        if not is_units_file(units):  # the rule table and compare read it back by
-            raise ConfigError(f"--units {units}: expected a {SUFFIX} file name")
-        atomic_write_text(units, units_text(rows, split, select))
+        write_units(units, rows, split, select)
     table = build_table(rows, metric=metric)
     text = {"markdown": to_markdown, "csv": to_csv, "latex": to_latex}[fmt](table)
     title = SPLIT_TITLES[split]

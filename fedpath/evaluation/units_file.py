@@ -26,10 +26,18 @@ import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from fedpath.errors import DataError
+from fedpath.errors import ConfigError, DataError
 from fedpath.evaluation.tables import ResultRow
 
-__all__ = ["HEADER", "SUFFIX", "is_units_file", "read_units", "rows_for", "units_text"]
+__all__ = [
+    "HEADER",
+    "SUFFIX",
+    "is_units_file",
+    "read_units",
+    "rows_for",
+    "units_text",
+    "write_units",
+]
 
 HEADER = (
     "method",
@@ -67,6 +75,17 @@ def units_text(rows: Iterable[ResultRow], split: str, select: str) -> str:
             line = (r.method, r.target, r.seed, split, select, metric, text)
             out.writerow((*line, r.environment))
     return buf.getvalue()
+
+
+def write_units(path: Path, rows: Iterable[ResultRow], split: str, select: str) -> None:
+    """Write ``rows`` as the units file ``path`` (:func:`units_text`, atomically);
+    a :class:`ConfigError` naming ``--units`` when ``path`` is not a ``.csv``
+    name, the rule by which ``table`` and ``compare`` read it back."""
+    from fedpath.utils.io import atomic_write_text  # torch: only when writing
+
+    if not is_units_file(path):
+        raise ConfigError(f"--units {path}: expected a {SUFFIX} file name")
+    atomic_write_text(path, units_text(rows, split, select))
 
 
 def read_units(path: Path) -> dict[tuple[str, str], list[ResultRow]]:

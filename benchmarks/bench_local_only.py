@@ -128,8 +128,10 @@ def run_all(
 def local_rows(
     cfg: ExperimentConfig, metrics: list[str], select: str
 ) -> tuple[list[ResultRow], dict[tuple[str, str], list[float]]]:
-    """The row (mean over source hospitals per unit) and each hospital alone's
-    first metric per (held-out domain, hospital), from the finished runs."""
+    """The row (mean over source hospitals per unit of every metric all their
+    runs recorded, so a units file's rows share their metrics) and each
+    hospital alone's first metric per (held-out domain, hospital), from the
+    finished runs."""
     rows = [
         r
         for r in collect_rows([Path(cfg.output_dir)], "target", select)
@@ -144,11 +146,8 @@ def local_rows(
             alone[(r.target, r.method[len(LOCAL) + 1 :])].append(100 * value)
     out = []
     for (target, seed), rs in sorted(per_unit.items()):
-        mean = {}
-        for m in metrics:
-            vals = [r.metrics.get(m) for r in rs]
-            if all(v is not None for v in vals):
-                mean[m] = float(np.mean(vals))
+        shared = set.intersection(*(set(r.metrics) for r in rs))
+        mean = {m: float(np.mean([r.metrics[m] for r in rs])) for m in sorted(shared)}
         # one environment when the hospitals' runs share it, else each of them
         env = " | ".join(sorted({r.environment for r in rs}))
         out.append(ResultRow(LOCAL, target, seed, mean, env))

@@ -118,6 +118,17 @@ def test_the_row_is_the_mean_of_each_hospital_alone_paired_with_a_method(
         assert f"2 local units written to {units} (4 in all)" in kept
     held = rows_for(units, "target", "last", SPLITS)
     assert sorted(r.method for r in held) == [*["fedavg"] * 2, *[bench.LOCAL] * 2]
+    # the row keeps every metric its runs recorded (each the hospitals' mean)
+    assert len({frozenset(r.metrics) for r in held}) == 1
+    for r in (r for r in held if r.method == bench.LOCAL):
+        alone = [
+            json.loads((run / "seed0" / "final.json").read_text())
+            for (_, t), run in runs.items()
+            if t == r.target
+        ]
+        for name in ("accuracy", "balanced_accuracy", "ece"):
+            want = np.mean([f["evaluation"]["target"][name] for f in alone])
+            assert r.metrics[name] == pytest.approx(want)
     assert main(["compare", str(units), "--baseline", bench.LOCAL]) == 0
     assert f"2 paired units): {diff:+.2f} points" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--units .*expected a .csv file name"):
